@@ -1,0 +1,40 @@
+# Every target installs what it needs first (a virtualenv in .venv).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+MPIRUN := $(VENV)/bin/mpirun
+EXTRAS ?= mpich,test,fast
+# A deadlocked MPI test run is killed after this many seconds.
+MPI_TIMEOUT ?= 900
+NP ?= 2 3 5
+
+.PHONY: install test test-unit test-mpi demo bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
+	touch $@
+
+test: test-unit test-mpi
+
+test-unit: install
+	$(PY) -m pytest -q tests/unit tests/launch
+
+test-mpi: install
+	@for np in $(NP); do \
+	  echo "== MPI tests at np $$np"; \
+	  timeout -k 10 $(MPI_TIMEOUT) $(MPIRUN) -np $$np $(PY) -m pytest -q --with-mpi tests/mpi || exit 1; \
+	done
+
+demo: install
+	$(MPIRUN) -np 5 $(PY) -m psgd.worker --algo easgd
+
+bench: install
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

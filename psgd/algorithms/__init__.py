@@ -1,0 +1,5 @@
+"""The synchronization algorithms of ALGORITHMS.md, one module each."""
+from .base import REGISTRY, Algorithm, create
+from . import bsp, bmuf, sod, syncgrad  # noqa: F401  (each registers itself)
+
+ALGORITHMS = tuple(REGISTRY)

@@ -1,0 +1,237 @@
+"""Plumbing every algorithm shares: the registry, option resolution, the
+flat buffers, the broadcast of rank 0's initial model, the layout check, and
+the collective counts-and-stop loop. The algorithm files hold only their math.
+"""
+import math
+import numbers
+
+import numpy as np
+from mpi4py import MPI
+
+from .. import mpi
+from ..buffers import FlatBuffer
+from ..errors import UsageError
+
+REGISTRY = {}
+
+
+def register(cls):
+    """Class decorator: make `cls` creatable by `psgd.create(cls.name, ...)`."""
+    REGISTRY[cls.name] = cls
+    return cls
+
+
+class Option:
+    """One algorithm option: its default (a value, or a function of N) and a
+    check that returns an error text or None."""
+
+    def __init__(self, default, check=None, kind=float):
+        self.default, self.check, self.kind = default, check, kind
+
+    def resolve(self, name, value, N):
+        if value is None:
+            value = self.default(N) if callable(self.default) else self.default
+        if self.kind is bool:
+            if not isinstance(value, (bool, np.bool_)):
+                raise UsageError("option %s must be true or false, got %r" % (name, value))
+            value = bool(value)
+        elif self.kind in (float, int):
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise UsageError("option %s must be a number, got %r" % (name, value))
+            if self.kind is int and int(value) != value:
+                raise UsageError("option %s must be an integer, got %r" % (name, value))
+            value = self.kind(value)
+            if self.kind is float and not math.isfinite(value):
+                raise UsageError("option %s must be finite, got %r" % (name, value))
+        elif isinstance(self.kind, tuple):
+            if value not in self.kind:
+                raise UsageError("option %s must be one of %s, got %r" % (
+                    name, ", ".join(self.kind), value))
+        problem = self.check(value) if self.check else None
+        if problem:
+            raise UsageError("option %s=%r: %s" % (name, value, problem))
+        return value
+
+
+def positive(v):
+    return None if v > 0 else "must be > 0"
+
+
+class Algorithm:
+    """A rank's synchronization object. Subclasses set `name`, `OPTIONS` and
+    implement their update; `psgd.create` builds them collectively."""
+
+    name = None
+    role = "worker"
+    server_based = False
+    OPTIONS = {}
+
+    @classmethod
+    def workers(cls, size):
+        """N, the number of workers among `size` ranks."""
+        return size - 1 if cls.server_based else size
+
+    @classmethod
+    def resolve_options(cls, options, size):
+        unknown = sorted(set(options) - set(cls.OPTIONS))
+        if unknown:
+            raise UsageError("%s has no option %s; its options: %s" % (
+                cls.name, ", ".join(unknown), ", ".join(sorted(cls.OPTIONS)) or "none"))
+        N = cls.workers(size)
+        return {k: opt.resolve(k, options.get(k), N) for k, opt in cls.OPTIONS.items()}
+
+    @classmethod
+    def for_rank(cls, rank):
+        """The class that plays this rank's role (servers override)."""
+        return cls
+
+    def __init__(self, comm, buffer, options, grad_buffer=None):
+        self.comm = comm
+        self.node = mpi.Node(comm)
+        self.buffer = buffer
+        self.grad_buffer = grad_buffer
+        self.options = options
+        self.N = self.workers(self.node.size)
+        self.exchange = mpi.Exchange(comm, buffer)
+        self.syncs = 0
+        self.samples = 0
+        for key, value in options.items():
+            setattr(self, key, value)
+
+    @property
+    def params(self):
+        return self.buffer.views
+
+    @property
+    def grads(self):
+        return None if self.grad_buffer is None else self.grad_buffer.views
+
+    def initialized(self):
+        """Called once rank 0's model has reached every rank."""
+
+    def state_dict(self):
+        """Algorithm state for a checkpoint: name -> host array."""
+        return {}
+
+    def load_state_dict(self, state):
+        for key, array in self.state_dict().items():
+            if key not in state:
+                raise UsageError("checkpoint lacks %s state %r" % (self.name, key))
+            value = np.asarray(state[key])
+            if value.shape != array.shape:
+                raise UsageError("checkpoint %s state %r has shape %s, expected %s" % (
+                    self.name, key, value.shape, array.shape))
+        self._load_state(state)
+
+    def _load_state(self, state):
+        pass
+
+    def close(self):
+        """Release the duplicated communicator (collective)."""
+        if self.comm is not None and self.comm != MPI.COMM_NULL:
+            self.comm.Free()
+            self.comm = None
+
+
+class CollectiveWorker(Algorithm):
+    """Every rank is a worker; one Allreduce of the counts opens each sync."""
+
+    def synchronize(self, n_k):
+        n_k, problem = _check_count(n_k)
+        n, active, bad = self.node.allreduce_counts(n_k, problem is not None)
+        if bad:
+            # Raised on every rank so no rank is left waiting in the next call.
+            raise UsageError(problem or "%d rank(s) passed an invalid sample count "
+                             "to synchronize" % bad)
+        if n == 0:
+            self.finish()
+            return False
+        self.samples += n_k
+        self.update(n_k, n, active)
+        self.syncs += 1
+        return True
+
+    def stop(self, n_k=0):
+        """Fold in the last partial block, then take part with n_k = 0 until
+        every worker is done."""
+        while self.synchronize(n_k):
+            n_k = 0
+
+    def average(self, n_k, n, active, uniform=False):
+        """w <- sum_k (n_k / n) w_k (or the plain mean over active workers)."""
+        weight = (1.0 / active if n_k > 0 else 0.0) if uniform else n_k / n
+        w = self.buffer.data
+        w *= w.dtype.type(weight)
+        self.exchange.allreduce()
+
+    def update(self, n_k, n, active):
+        raise NotImplementedError
+
+    def finish(self):
+        """Called once when every worker has finished (synchronize -> False)."""
+
+
+def _check_count(n_k):
+    """(count, None) or (0, problem text) for a bad sample count."""
+    if isinstance(n_k, (bool, np.bool_)) or not isinstance(n_k, numbers.Integral) or n_k < 0:
+        return 0, "synchronize(n_k): n_k must be a non-negative integer, got %r" % (n_k,)
+    return int(n_k), None
+
+
+def describe(name, options, buffer, grad_buffer):
+    return {"algorithm": name, "dtype": str(buffer.dtype),
+            "tensors": len(buffer.shapes), "shapes": [list(s) for s in buffer.shapes],
+            "grads": None if grad_buffer is None else [list(s) for s in grad_buffer.shapes],
+            "options": options}
+
+
+def create(name, params, comm=None, grads=None, **options):
+    """The object for this rank's role in algorithm `name` (see ALGORITHMS.md).
+    Collective over `comm`: any error on any rank is raised on every rank."""
+    comm = comm if comm is not None else MPI.COMM_WORLD
+    error, cls, resolved, buffer, grad_buffer = None, None, None, None, None
+    try:
+        if name not in REGISTRY:
+            raise UsageError("unknown algorithm %r; valid: %s" % (name, ", ".join(REGISTRY)))
+        cls = REGISTRY[name]
+        if cls.server_based and comm.Get_size() < 2:
+            raise UsageError("%s needs a server and at least one worker: run with "
+                             "mpirun -np 2 or more (got %d process)" % (name, comm.Get_size()))
+        resolved = cls.resolve_options(options, comm.Get_size())
+        buffer = _as_buffer(params, "params")
+        needs_grads = getattr(cls, "needs_grads", False)
+        if needs_grads and grads is None:
+            raise UsageError("%s averages gradients: pass grads= (arrays shaped like params)" % name)
+        if grads is not None:
+            if not needs_grads:
+                raise UsageError("%s does not take grads=" % name)
+            grad_buffer = _as_buffer(grads, "grads")
+            if grad_buffer.shapes != buffer.shapes or grad_buffer.dtype != buffer.dtype:
+                raise UsageError("grads must have the shapes and dtype of params")
+    except (UsageError, ValueError, TypeError) as exc:
+        error = exc if isinstance(exc, UsageError) else UsageError(str(exc))
+    mpi.agree(comm, error)
+    comm = comm.Dup()
+    mpi.check_same(comm, describe(name, resolved, buffer, grad_buffer), "layout")
+    role = cls.for_rank(comm.Get_rank())
+    obj = role(comm, buffer, resolved, grad_buffer)
+    obj.exchange.bcast(mpi.MAIN_RANK)
+    obj.initialized()
+    return obj
+
+
+def _as_buffer(arrays, what):
+    if arrays is None or isinstance(arrays, (str, bytes)):
+        raise UsageError("%s must be a list of arrays" % what)
+    arrays = list(arrays)
+    for i, a in enumerate(arrays):
+        if not hasattr(a, "shape") or not hasattr(a, "dtype"):
+            raise UsageError("%s[%d] is not an array (got %s)" % (what, i, type(a).__name__))
+    dtypes = {np.dtype(a.dtype) for a in arrays}
+    if len(dtypes) > 1:
+        raise UsageError("%s mix dtypes %s; use one of float32, float64" % (
+            what, ", ".join(sorted(map(str, dtypes)))))
+    if dtypes and dtypes.pop().type not in (np.float32, np.float64):
+        raise UsageError("%s must be float32 or float64, got %s" % (what, arrays[0].dtype))
+    return FlatBuffer.wrap(arrays, dtype=arrays[0].dtype if arrays else np.float32)
+

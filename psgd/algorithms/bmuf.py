@@ -1,0 +1,48 @@
+"""bmuf: blockwise model-update filtering (Chen & Huo, ICASSP 2016).
+
+    G   = sum_k (n_k / n) * (w_k - w_g)      mean block delta
+    D  <- eta * D + zeta * G                 block momentum
+    w_g <- w_g + D
+    w_k <- w_g + eta * D  (nesterov)  or  w_g
+At the end every rank keeps w_g itself, without the look-ahead.
+"""
+from .. import kernels
+from ..buffers import host_copy
+from .base import CollectiveWorker, Option, positive, register
+
+
+def _momentum_range(eta):
+    return None if 0.0 <= eta < 1.0 else "must satisfy 0 <= block_momentum < 1"
+
+
+@register
+class Bmuf(CollectiveWorker):
+    name = "bmuf"
+    OPTIONS = {
+        "block_momentum": Option(lambda N: 1.0 - 1.0 / N, _momentum_range),
+        "block_lr": Option(1.0, positive),
+        "nesterov": Option(True, kind=bool),
+        "reset_local_state": Option(True, kind=bool),
+    }
+
+    def initialized(self):
+        self.global_model = self.buffer.copy()       # w_g
+        self.block_momentum_buffer = self.buffer.like()  # D
+
+    def update(self, n_k, n, active):
+        self.average(n_k, n, active)  # w = sum_k (n_k/n) w_k, so G = w - w_g
+        kernels.bmuf_update(self.buffer.data, self.global_model.data,
+                            self.block_momentum_buffer.data,
+                            self.block_momentum, self.block_lr, self.nesterov)
+
+    def finish(self):
+        self.buffer.data[...] = self.global_model.data
+
+    def state_dict(self):
+        return {"global_model": host_copy(self.global_model.data),
+                "block_momentum": host_copy(self.block_momentum_buffer.data)}
+
+    def _load_state(self, state):
+        self.global_model.data[...] = self.buffer.xp.asarray(state["global_model"])
+        self.block_momentum_buffer.data[...] = self.buffer.xp.asarray(state["block_momentum"])
+

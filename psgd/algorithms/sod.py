@@ -1,0 +1,96 @@
+"""sod: an outer optimizer on the averaged model difference (reference
+SodWorker, DiLoCo-style), stepping the common model w_g.
+
+    g   = sum_k (n_k / n) * (w_g - w_k)      pseudo-gradient
+    w_g <- outer_step(w_g, g)                sgd | momentum | nesterov | adam
+    w_k <- w_g
+Outer steps follow PyTorch's conventions, with state starting at 0.
+"""
+import math
+
+from ..buffers import host_copy
+from .base import CollectiveWorker, Option, positive, register
+
+OUTER_STEPS = ("sgd", "momentum", "nesterov", "adam")
+
+
+def _unit_interval(v):
+    return None if 0.0 <= v < 1.0 else "must satisfy 0 <= value < 1"
+
+
+@register
+class Sod(CollectiveWorker):
+    name = "sod"
+    OPTIONS = {
+        "outer": Option("nesterov", kind=OUTER_STEPS),
+        "outer_lr": Option(0.7, positive),
+        "outer_momentum": Option(0.9, _unit_interval),
+        "beta1": Option(0.9, _unit_interval),
+        "beta2": Option(0.999, _unit_interval),
+        "eps": Option(1e-8, positive),
+    }
+
+    def initialized(self):
+        self.global_model = self.buffer.copy()
+        self.velocity = self.buffer.like() if self.outer != "sgd" else None
+        self.second_moment = self.buffer.like() if self.outer == "adam" else None
+        self.steps = 0
+
+    def update(self, n_k, n, active):
+        self.average(n_k, n, active)
+        w, w_g = self.buffer.data, self.global_model.data
+        xp = self.buffer.xp
+        g = xp.subtract(w_g, w, out=w)  # the pseudo-gradient, in w's memory
+        self.steps += 1
+        getattr(self, "_" + self.outer)(w_g, g)
+        w[...] = w_g
+
+    def _sgd(self, w_g, g):
+        w_g -= w_g.dtype.type(self.outer_lr) * g
+
+    def _momentum(self, w_g, g, nesterov=False):
+        v, t = self.velocity.data, w_g.dtype.type
+        v *= t(self.outer_momentum)
+        v += g
+        if nesterov:            # w_g -= lr * (g + mu * v)
+            g += t(self.outer_momentum) * v
+            w_g -= t(self.outer_lr) * g
+        else:
+            w_g -= t(self.outer_lr) * v
+
+    def _nesterov(self, w_g, g):
+        self._momentum(w_g, g, nesterov=True)
+
+    def _adam(self, w_g, g):
+        m, s, t = self.velocity.data, self.second_moment.data, w_g.dtype.type
+        xp = self.buffer.xp
+        m *= t(self.beta1)
+        m += t(1 - self.beta1) * g
+        g *= g
+        s *= t(self.beta2)
+        s += t(1 - self.beta2) * g
+        bias1 = 1 - self.beta1 ** self.steps
+        bias2 = 1 - self.beta2 ** self.steps
+        denom = xp.sqrt(s, out=g)         # g is no longer needed
+        denom /= t(math.sqrt(bias2))
+        denom += t(self.eps)
+        xp.divide(m, denom, out=denom)
+        w_g -= t(self.outer_lr / bias1) * denom
+
+    def state_dict(self):
+        state = {"global_model": host_copy(self.global_model.data),
+                 "steps": host_copy(self.buffer.xp.asarray([self.steps]))}
+        if self.velocity is not None:
+            state["velocity"] = host_copy(self.velocity.data)
+        if self.second_moment is not None:
+            state["second_moment"] = host_copy(self.second_moment.data)
+        return state
+
+    def _load_state(self, state):
+        xp = self.buffer.xp
+        self.global_model.data[...] = xp.asarray(state["global_model"])
+        self.steps = int(state["steps"][0])
+        if self.velocity is not None:
+            self.velocity.data[...] = xp.asarray(state["velocity"])
+        if self.second_moment is not None:
+            self.second_moment.data[...] = xp.asarray(state["second_moment"])

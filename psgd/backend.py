@@ -1,0 +1,99 @@
+"""Array backend: NumPy on the host, CuPy on a GPU.
+
+`get_backend("auto")` picks CuPy when it imports and sees a device, NumPy
+otherwise; `PSGD_BACKEND` overrides the argument. The GPU is chosen by the
+rank's local (per-node) rank, or from an explicit device-id list.
+"""
+import os
+
+import numpy as np
+
+BACKENDS = ("auto", "numpy", "cupy")
+
+
+class Backend:
+    """The array module (`xp`) a rank computes with, and its device."""
+
+    def __init__(self, xp, device_id=None):
+        self.xp = xp
+        self.device_id = device_id
+
+    @property
+    def name(self):
+        return "cupy" if self.is_gpu else "numpy"
+
+    @property
+    def is_gpu(self):
+        return self.xp is not np
+
+    def to_host(self, array):
+        """A NumPy copy (or the array itself on the host backend)."""
+        return array.get() if self.is_gpu else np.asarray(array)
+
+    def asarray(self, array, dtype=None):
+        return self.xp.asarray(array, dtype=dtype)
+
+    def synchronize(self):
+        if self.is_gpu:
+            self.xp.cuda.get_current_stream().synchronize()
+
+    def __repr__(self):
+        dev = "" if self.device_id is None else " device %d" % self.device_id
+        return "<Backend %s%s>" % (self.name, dev)
+
+
+NUMPY = Backend(np)
+
+
+def array_module(array):
+    """numpy or cupy, whichever owns `array` (no CuPy import for NumPy arrays)."""
+    if isinstance(array, np.ndarray) or np.isscalar(array):
+        return np
+    import cupy
+    return cupy.get_array_module(array)
+
+
+def _cupy_with_devices():
+    try:
+        import cupy
+        if cupy.cuda.runtime.getDeviceCount() > 0:
+            return cupy
+    except Exception:  # no CuPy, no driver, or no device: all mean "no GPU"
+        pass
+    return None
+
+
+def parse_device_ids(text):
+    """'0,1,3' -> [0, 1, 3]; None or '' -> None."""
+    if text is None or text == "":
+        return None
+    if isinstance(text, (list, tuple)):
+        return [int(d) for d in text]
+    try:
+        return [int(d) for d in str(text).split(",") if d.strip() != ""]
+    except ValueError:
+        raise ValueError("--gpu-ids must be a comma-separated list of integers, got %r" % (text,))
+
+
+def get_backend(name=None, local_rank=0, device_ids=None):
+    """The backend for this rank. `name` is auto | numpy | cupy (env PSGD_BACKEND)."""
+    name = name or os.environ.get("PSGD_BACKEND", "auto")
+    if name not in BACKENDS:
+        raise ValueError("unknown backend %r; valid: %s" % (name, ", ".join(BACKENDS)))
+    if name == "numpy":
+        return NUMPY
+    cupy = _cupy_with_devices()
+    if cupy is None:
+        if name == "cupy":
+            raise RuntimeError("backend 'cupy' requested but CuPy or a CUDA device is not available")
+        return NUMPY
+    ids = parse_device_ids(device_ids)
+    count = cupy.cuda.runtime.getDeviceCount()
+    if ids:
+        device = ids[local_rank % len(ids)]
+    else:
+        device = local_rank % count
+    if not 0 <= device < count:
+        raise ValueError("GPU id %d does not exist (this node has %d)" % (device, count))
+    cupy.cuda.Device(device).use()
+    return Backend(cupy, device)

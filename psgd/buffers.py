@@ -1,0 +1,159 @@
+"""One flat buffer per rank: every parameter tensor is a view into it.
+
+A sync then is one MPI call on `data` with no packing. On a GPU `data` lives on
+the device and `host` is a page-locked mirror allocated once; on the host
+backend `host` is `data` itself.
+"""
+import math
+
+import numpy as np
+
+from .backend import array_module
+
+DTYPES = (np.float32, np.float64)
+
+
+def _pointer(array):
+    if isinstance(array, np.ndarray):
+        return array.__array_interface__["data"][0]
+    return array.data.ptr
+
+
+def _check_dtype(dtype):
+    dtype = np.dtype(dtype)
+    if dtype.type not in DTYPES:
+        raise ValueError("flat buffers hold float32 or float64, not %s" % dtype)
+    return dtype
+
+
+class FlatBuffer:
+    """A contiguous 1-D array `data` and `views` of the given shapes into it."""
+
+    def __init__(self, data, shapes):
+        self.data = data
+        self.shapes = [tuple(int(d) for d in s) for s in shapes]
+        self.views = []
+        offset = 0
+        for shape in self.shapes:
+            size = math.prod(shape)
+            self.views.append(data[offset:offset + size].reshape(shape))
+            offset += size
+        if offset != data.size:
+            raise ValueError("shapes cover %d elements, buffer has %d" % (offset, data.size))
+        self._host = None
+
+    # construction -----------------------------------------------------------
+    @classmethod
+    def allocate(cls, shapes, dtype=np.float32, xp=np):
+        shapes = [tuple(s) for s in shapes]
+        total = sum(math.prod(s) for s in shapes)
+        return cls(xp.zeros(total, dtype=_check_dtype(dtype)), shapes)
+
+    @classmethod
+    def pack(cls, arrays, dtype=None, xp=None):
+        """Copy `arrays` (any shapes, zero-size included) into a new buffer."""
+        arrays = list(arrays)
+        if xp is None:
+            xp = array_module(arrays[0]) if arrays else np
+        if dtype is None:
+            dtype = arrays[0].dtype if arrays else np.float32
+        buf = cls.allocate([a.shape for a in arrays], dtype, xp)
+        for view, array in zip(buf.views, arrays):
+            view[...] = xp.asarray(array)
+        return buf
+
+    @classmethod
+    def wrap(cls, arrays, dtype=None, xp=None):
+        """Adopt `arrays` without a copy when they already are consecutive
+        views of one contiguous 1-D buffer (a network's parameters); pack them
+        into a new buffer otherwise."""
+        arrays = list(arrays)
+        base = _common_flat_base(arrays)
+        if base is not None and (dtype is None or np.dtype(dtype) == base.dtype):
+            _check_dtype(base.dtype)
+            return cls(base, [a.shape for a in arrays])
+        return cls.pack(arrays, dtype=dtype, xp=xp)
+
+    # properties ----------------------------------------------------------------
+    @property
+    def xp(self):
+        return array_module(self.data)
+
+    @property
+    def dtype(self):
+        return self.data.dtype
+
+    @property
+    def size(self):
+        return self.data.size
+
+    @property
+    def nbytes(self):
+        return self.data.nbytes
+
+    @property
+    def on_device(self):
+        return not isinstance(self.data, np.ndarray)
+
+    def like(self):
+        """A new zero buffer of the same layout, dtype and device."""
+        return FlatBuffer(self.xp.zeros_like(self.data), self.shapes)
+
+    def copy(self):
+        return FlatBuffer(self.data.copy(), self.shapes)
+
+    # host mirror ---------------------------------------------------------------
+    @property
+    def host(self):
+        """The host array MPI reads and writes: `data` itself on the host
+        backend, a pinned mirror (allocated on first use, then kept) on a GPU."""
+        if not self.on_device:
+            return self.data
+        if self._host is None:
+            import cupyx
+            self._host = cupyx.empty_pinned(self.data.shape, dtype=self.data.dtype)
+        return self._host
+
+    def to_host(self, stream=None):
+        """Device -> pinned mirror; returns the mirror, ready for MPI."""
+        if self.on_device:
+            self.data.get(stream=stream, out=self.host)
+            if stream is not None:
+                stream.synchronize()
+        return self.host
+
+    def from_host(self, stream=None):
+        """Pinned mirror -> device."""
+        if self.on_device:
+            self.data.set(self.host, stream=stream)
+            if stream is not None:
+                stream.synchronize()
+
+
+def host_copy(array):
+    """A NumPy copy of a host or device array (for checkpoints and tests)."""
+    return np.array(array) if isinstance(array, np.ndarray) else array.get()
+
+
+def _common_flat_base(arrays):
+    """The 1-D contiguous array that `arrays` tile exactly, in order, or None."""
+    if not arrays:
+        return None
+    base = arrays[0].base
+    while base is not None and getattr(base, "base", None) is not None:
+        base = base.base
+    if base is None or base.ndim != 1 or not base.flags.c_contiguous:
+        return None
+    if array_module(base) is not array_module(arrays[0]):
+        return None
+    ptr = _pointer(base)
+    total = 0
+    for a in arrays:
+        if a.dtype != base.dtype or not a.flags.c_contiguous:
+            return None
+        if a.size and _pointer(a) != ptr + total * base.itemsize:
+            return None
+        if a.size and a.base is None:
+            return None
+        total += a.size
+    return base if total == base.size else None

@@ -1,0 +1,102 @@
+"""Fused elementwise updates of the sync path.
+
+The sync path is memory-bound, so each update here is written to make as few
+passes over the buffers as the backend allows: one CuPy ElementwiseKernel on a
+GPU; on the host, numexpr (optional, multi-threaded, one pass per output) when
+it is installed and the buffer is large enough to pay for its start-up, else
+in-place NumPy ops. PSGD_ACCEL=numpy forces the plain NumPy path.
+"""
+import os
+
+import numpy as np
+
+try:  # optional accelerator
+    import numexpr
+except ImportError:  # pragma: no cover - depends on the environment
+    numexpr = None
+
+# Below this many elements numexpr's call overhead outweighs its threads.
+NUMEXPR_MIN_SIZE = 1 << 16
+
+
+def _on_gpu(a):
+    return not isinstance(a, np.ndarray)
+
+
+def _use_numexpr(a):
+    if numexpr is None or os.environ.get("PSGD_ACCEL", "auto") == "numpy":
+        return False
+    return a.size >= NUMEXPR_MIN_SIZE
+
+
+_kernels = {}
+
+
+def _kernel(name, in_params, out_params, body):
+    if name not in _kernels:
+        import cupy
+        _kernels[name] = cupy.ElementwiseKernel(in_params, out_params, body, "psgd_" + name)
+    return _kernels[name]
+
+
+def scale(a, factor):
+    """a *= factor, in place."""
+    if factor != 1.0:
+        a *= a.dtype.type(factor)
+    return a
+
+
+def lerp(a, b, alpha):
+    """a <- a + alpha * (b - a), in place (the elastic force of easgd)."""
+    if _on_gpu(a):
+        _kernel("lerp", "T b, T alpha", "T a", "a = a + alpha * (b - a)")(b, a.dtype.type(alpha), a)
+    elif _use_numexpr(a):
+        numexpr.evaluate("a + alpha * (b - a)", local_dict={"a": a, "b": b, "alpha": a.dtype.type(alpha)},
+                         out=a, casting="same_kind")
+    else:
+        d = np.subtract(b, a)
+        d *= a.dtype.type(alpha)
+        a += d
+    return a
+
+
+def axpy(a, alpha, b):
+    """a <- a + alpha * b, in place."""
+    if _on_gpu(a):
+        _kernel("axpy", "T b, T alpha", "T a", "a = a + alpha * b")(b, a.dtype.type(alpha), a)
+    elif _use_numexpr(a):
+        numexpr.evaluate("a + alpha * b", local_dict={"a": a, "b": b, "alpha": a.dtype.type(alpha)},
+                         out=a, casting="same_kind")
+    elif alpha == 1.0:
+        a += b
+    else:
+        a += a.dtype.type(alpha) * b
+    return a
+
+
+def bmuf_update(w, w_g, D, eta, zeta, nesterov):
+    """Given w = the sample-weighted mean of the workers' models:
+        D   <- eta * D + zeta * (w - w_g)
+        w_g <- w_g + D
+        w   <- w_g + eta * D  (nesterov)  or  w_g
+    all in place, in one pass on a GPU."""
+    t = w.dtype.type
+    eta, zeta, look = t(eta), t(zeta), t(eta if nesterov else 0.0)
+    if _on_gpu(w):
+        _kernel("bmuf", "T eta, T zeta, T look", "T w, T wg, T d",
+                "T nd = eta * d + zeta * (w - wg); T ng = wg + nd;"
+                " d = nd; wg = ng; w = ng + look * nd")(eta, zeta, look, w, w_g, D)
+    elif _use_numexpr(w):
+        env = {"w": w, "g": w_g, "d": D, "eta": eta, "zeta": zeta, "look": look}
+        numexpr.evaluate("eta * d + zeta * (w - g)", local_dict=env, out=D, casting="same_kind")
+        numexpr.evaluate("g + d", local_dict=env, out=w_g, casting="same_kind")
+        numexpr.evaluate("g + look * d", local_dict=env, out=w, casting="same_kind")
+    else:
+        w -= w_g
+        w *= zeta
+        D *= eta
+        D += w
+        w_g += D
+        np.multiply(D, look, out=w)
+        w += w_g
+    return w

@@ -1,0 +1,17 @@
+"""Shared test set-up: the tests folder is importable (serial references,
+launch helpers), and MPI tests get a fresh duplicate of COMM_WORLD."""
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+os.environ.setdefault("PSGD_BACKEND", "numpy")
+
+
+@pytest.fixture
+def comm():
+    from mpi4py import MPI
+    c = MPI.COMM_WORLD.Dup()
+    yield c
+    c.Free()

@@ -1,0 +1,223 @@
+"""bsp, bmuf, sod and syncgrad under mpirun against a serial NumPy replay of
+ALGORITHMS.md, with uneven sample counts, a worker without data and early
+finishers."""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import psgd
+import reference
+from psgd import mpi
+
+pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.timeout(60)]
+
+SHAPES = [(3, 4), (0,), (5,), (2, 1, 3)]
+
+
+def schedule(size):
+    """Per rank, the n_k of each block; the last one is passed to stop().
+    Rank 1 has no data at all when size > 2, rank 0 runs longest."""
+    plans = []
+    for k in range(size):
+        if k == 1 and size > 2:
+            plans.append([])
+        else:
+            plans.append([(7 * k + 3 * t) % 11 + 1 for t in range(5 - k % 3)])
+    plans[-1][-1:] = [0] if plans[-1] else []  # a stop with nothing left over
+    return plans
+
+
+def local_step(k, t, shape):
+    """The 'training' worker k does in block t: deterministic, replayable."""
+    return np.random.default_rng(1000 * k + t).standard_normal(shape)
+
+
+def initial(k):
+    return [np.random.default_rng(k).standard_normal(s) for s in SHAPES]
+
+
+def replay(size, update, state_init=None):
+    """Expected model of every rank after every round, round by round."""
+    plans = schedule(size)
+    ws = [np.concatenate([a.ravel() for a in initial(0)]) for _ in range(size)]
+    state = {"w_g": ws[0].copy(), "D": np.zeros_like(ws[0])}
+    rounds = []
+    t = 0
+    while True:
+        ns = []
+        for k in range(size):
+            if t < len(plans[k]):
+                ws[k] = ws[k] + local_step(k, t, ws[k].shape)
+                ns.append(plans[k][t])
+            else:
+                ns.append(0)
+        if sum(ns) == 0:
+            return rounds, state
+        ws = update(ws, ns, state)
+        rounds.append([w.copy() for w in ws])
+        t += 1
+
+
+def run(comm, name, **options):
+    """Drive psgd on this rank with the schedule; return the model after
+    every round this rank saw, and the final one."""
+    k, size = comm.rank, comm.size
+    plan = schedule(size)[k]
+    sync = psgd.create(name, [a.copy() for a in initial(k)], comm=comm, **options)
+    seen = []
+    flat = sync.buffer.data
+    for t, n_k in enumerate(plan):
+        flat += local_step(k, t, flat.shape)
+        if t < len(plan) - 1:
+            assert sync.synchronize(n_k) is True
+            seen.append(flat.copy())
+    tail = len(seen)
+    sync.stop(plan[-1] if plan else 0)
+    return seen, tail, flat.copy(), sync
+
+
+def check(comm, name, update, final_of=None, **options):
+    seen, _, final, sync = run(comm, name, **options)
+    rounds, state = replay(comm.size, update)
+    for t, w in enumerate(seen):
+        np.testing.assert_allclose(w, rounds[t][comm.rank], rtol=1e-10, atol=1e-12)
+    expected = final_of(state) if final_of else rounds[-1][comm.rank]
+    np.testing.assert_allclose(final, expected, rtol=1e-10, atol=1e-12)
+    everyone = np.empty((comm.size, final.size))
+    comm.Allgather(final, everyone)
+    assert (everyone == everyone[0]).all(), "ranks ended with different models"
+    return sync
+
+
+def test_initial_model_of_rank_0_reaches_every_rank(comm):
+    mine = [np.full(s, comm.rank + 1.0, np.float32) for s in SHAPES]
+    sync = psgd.create("bsp", mine, comm=comm)
+    for view in sync.params:
+        assert (view == 1.0).all()
+    sync.stop(0)
+
+
+@pytest.mark.parametrize("weighting", ["samples", "uniform"])
+def test_bsp_matches_replay(comm, weighting):
+    check(comm, "bsp", lambda ws, ns, s: reference.bsp(ws, ns, s, weighting == "uniform"),
+          weighting=weighting)
+
+
+@pytest.mark.parametrize("nesterov", [True, False])
+def test_bmuf_matches_replay_and_ends_on_w_g(comm, nesterov):
+    eta, zeta = 0.6, 1.3
+    check(comm, "bmuf", lambda ws, ns, s: reference.bmuf(ws, ns, s, eta, zeta, nesterov),
+          final_of=lambda s: s["w_g"], block_momentum=eta, block_lr=zeta, nesterov=nesterov)
+
+
+def test_bmuf_default_momentum_is_one_minus_one_over_n(comm):
+    sync = psgd.create("bmuf", [np.zeros(2)], comm=comm)
+    assert sync.block_momentum == pytest.approx(1 - 1 / comm.size)
+    sync.stop(0)
+
+
+@pytest.mark.parametrize("outer", ["sgd", "momentum", "nesterov", "adam"])
+def test_sod_matches_replay(comm, outer):
+    lr = 0.05 if outer == "adam" else 0.7
+    check(comm, "sod", lambda ws, ns, s: reference.sod(ws, ns, s, outer, lr),
+          outer=outer, outer_lr=lr)
+
+
+@pytest.mark.parametrize("name,options", [
+    ("bmuf", {"block_momentum": 0.0, "block_lr": 1.0}),
+    ("sod", {"outer": "sgd", "outer_lr": 1.0}),
+])
+def test_identities_equal_bsp(comm, name, options):
+    _, _, bsp_final, _ = run(comm, "bsp")
+    _, _, other_final, _ = run(comm, name, **options)
+    np.testing.assert_allclose(other_final, bsp_final, rtol=1e-12, atol=1e-12)
+
+
+def test_tiny_chunks_give_the_same_average(comm):
+    _, _, whole, _ = run(comm, "bmuf")
+    old = mpi.set_chunk_elements(4)
+    try:
+        _, _, chunked, _ = run(comm, "bmuf")
+    finally:
+        mpi.set_chunk_elements(old)
+    np.testing.assert_array_equal(chunked, whole)
+
+
+def test_float32_params_stay_float32(comm):
+    sync = psgd.create("bmuf", [np.ones((4, 3), np.float32)], comm=comm)
+    sync.params[0] += comm.rank
+    sync.stop(1)
+    assert sync.params[0].dtype == np.float32
+    np.testing.assert_allclose(sync.params[0], 1 + (comm.size - 1) / 2, rtol=1e-6)
+
+
+# syncgrad ------------------------------------------------------------------------
+def least_squares_grad(w, X, y):
+    """Mean-squared-error gradient over a batch (the per-sample mean)."""
+    return X.T @ (X @ w - y) / len(y)
+
+
+def test_syncgrad_equals_one_process_with_the_concatenated_batch(comm):
+    rng = np.random.default_rng(7)
+    dim, steps, lr = 6, 5, 0.1
+    batches = [3 + (k % 3) for k in range(comm.size)]  # uneven b_k
+    X = rng.standard_normal((steps, sum(batches), dim))
+    y = rng.standard_normal((steps, sum(batches)))
+    lo = sum(batches[:comm.rank])
+    hi = lo + batches[comm.rank]
+    w = np.zeros(dim)
+    g = np.zeros(dim)
+    sync = psgd.create("syncgrad", [w], grads=[g], comm=comm)
+    w, g = sync.params[0], sync.grads[0]
+    for t in range(steps):
+        g[...] = least_squares_grad(w, X[t, lo:hi], y[t, lo:hi])
+        assert sync.synchronize(hi - lo)
+        w -= lr * g
+    sync.stop(0)
+    serial = np.zeros(dim)
+    for t in range(steps):
+        serial -= lr * least_squares_grad(serial, X[t], y[t])
+    np.testing.assert_allclose(w, serial, rtol=1e-12, atol=1e-12)
+
+
+def test_syncgrad_early_finisher_stays_identical_with_step(comm):
+    w = np.zeros(4)
+    sync = psgd.create("syncgrad", [w], grads=[np.zeros(4)], comm=comm)
+    w, g = sync.params[0], sync.grads[0]
+    steps = 2 + comm.rank  # rank k has 2 + k batches
+    for t in range(steps - 1):
+        g[...] = comm.rank + t
+        assert sync.synchronize(1)
+        w -= 0.5 * g
+    g[...] = comm.rank + steps - 1
+
+    def step():
+        w[...] -= 0.5 * g
+
+    sync.stop(1, step=step)
+    everyone = np.empty((comm.size, 4))
+    comm.Allgather(w, everyone)
+    assert (everyone == everyone[0]).all()
+    # replay: at round t the mean over ranks still holding a batch
+    expected = 0.0
+    for t in range(1 + comm.size):
+        active = [k + t for k in range(comm.size) if t < 2 + k]
+        if active:
+            expected -= 0.5 * np.mean(active)
+    np.testing.assert_allclose(w, expected)
+
+
+def test_invalid_count_raises_on_every_rank(comm):
+    sync = psgd.create("bsp", [np.zeros(3)], comm=comm)
+    with pytest.raises(psgd.UsageError):
+        sync.synchronize(-5 if comm.rank == comm.size - 1 else 3)
+    sync.stop(0)
+
+
+def test_layout_mismatch_raises_on_every_rank(comm):
+    shape = (4,) if comm.rank == comm.size - 1 else (3,)
+    with pytest.raises(psgd.UsageError, match="layout differs between rank 0 and rank %d"
+                       % (comm.size - 1)):
+        psgd.create("bsp", [np.zeros(shape)], comm=comm)
+    # the communicator is still usable: nobody is left waiting
+    assert comm.allreduce(1, op=MPI.SUM) == comm.size

@@ -1,0 +1,35 @@
+import pytest
+
+from psgd.algorithms import REGISTRY
+from psgd.errors import UsageError
+
+
+def resolve(name, size=4, **options):
+    return REGISTRY[name].resolve_options(options, size)
+
+
+def test_defaults_follow_the_contract():
+    assert resolve("bmuf", size=4) == {"block_momentum": 0.75, "block_lr": 1.0,
+                                       "nesterov": True, "reset_local_state": True}
+    assert resolve("bmuf", size=1)["block_momentum"] == 0.0
+    sod = resolve("sod")
+    assert (sod["outer"], sod["outer_lr"], sod["outer_momentum"]) == ("nesterov", 0.7, 0.9)
+    assert resolve("bsp") == {"weighting": "samples"}
+    assert resolve("syncgrad") == {}
+
+
+@pytest.mark.parametrize("name,options,match", [
+    ("bmuf", {"block_momentum": 1.0}, "block_momentum"),
+    ("bmuf", {"block_momentum": -0.1}, "block_momentum"),
+    ("bmuf", {"block_lr": 0.0}, "block_lr"),
+    ("bmuf", {"nesterov": "yes"}, "true or false"),
+    ("bmuf", {"block_lr": float("nan")}, "finite"),
+    ("sod", {"outer": "lbfgs"}, "sgd, momentum, nesterov, adam"),
+    ("sod", {"outer_lr": -1}, "outer_lr"),
+    ("bsp", {"weighting": "median"}, "samples, uniform"),
+    ("bsp", {"alpha": 0.5}, "no option alpha"),
+    ("bmuf", {"block_lr": "fast"}, "must be a number"),
+])
+def test_invalid_options_are_usage_errors(name, options, match):
+    with pytest.raises(UsageError, match=match):
+        resolve(name, **options)

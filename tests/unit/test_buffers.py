@@ -1,0 +1,81 @@
+import numpy as np
+import pytest
+
+from psgd import mpi
+from psgd.buffers import FlatBuffer
+
+
+def mixed_arrays(dtype):
+    rng = np.random.default_rng(0)
+    return [rng.standard_normal((3, 4)).astype(dtype), np.zeros((0, 5), dtype),
+            rng.standard_normal(7).astype(dtype), np.zeros((2, 0, 3), dtype),
+            np.array(2.5, dtype), rng.standard_normal((2, 3, 2)).astype(dtype)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_pack_round_trip_mixed_shapes(dtype):
+    arrays = mixed_arrays(dtype)
+    buf = FlatBuffer.pack(arrays)
+    assert buf.dtype == dtype and buf.data.ndim == 1
+    assert buf.size == sum(a.size for a in arrays)
+    for view, a in zip(buf.views, arrays):
+        assert view.shape == a.shape and view.dtype == dtype
+        np.testing.assert_array_equal(view, a)
+        assert a.size == 0 or np.shares_memory(view, buf.data)
+
+
+def test_views_write_through_to_flat_data():
+    buf = FlatBuffer.pack(mixed_arrays(np.float32))
+    buf.views[2][...] = 9.0
+    start = 12  # 3*4 + 0
+    np.testing.assert_array_equal(buf.data[start:start + 7], 9.0)
+    buf.data[:] = -1
+    assert all((v == -1).all() for v in buf.views)
+
+
+def test_wrap_adopts_views_without_copy_and_packs_others():
+    buf = FlatBuffer.allocate([(2, 3), (0,), (4,)], np.float64)
+    again = FlatBuffer.wrap(buf.views)
+    assert again.data is buf.data
+    arrays = [np.ones(3, np.float32), np.ones(2, np.float32)]
+    packed = FlatBuffer.wrap(arrays)
+    packed.data[:] = 0
+    assert arrays[0].sum() == 3  # the user's arrays were copied, not aliased
+    # views of one buffer but out of order: not adoptable, so packed
+    reordered = FlatBuffer.wrap(buf.views[::-1])
+    assert reordered.data is not buf.data
+
+
+def test_allocate_rejects_integer_dtype():
+    with pytest.raises(ValueError, match="float32 or float64"):
+        FlatBuffer.allocate([(2,)], np.int32)
+
+
+def test_like_copy_and_host_mirror_on_numpy():
+    buf = FlatBuffer.pack([np.arange(4.0)])
+    twin = buf.like()
+    assert twin.shapes == buf.shapes and not twin.data.any()
+    copy = buf.copy()
+    copy.data[:] = 0
+    assert buf.data.sum() == 6
+    assert buf.host is buf.data and buf.to_host() is buf.data
+
+
+def test_chunking_covers_every_element_once():
+    old = mpi.set_chunk_elements(3)
+    try:
+        spans = list(mpi._chunks(10))
+        assert spans == [(0, 3), (3, 6), (6, 9), (9, 10)]
+        assert list(mpi._chunks(0)) == [(0, 0)]
+    finally:
+        mpi.set_chunk_elements(old)
+    with pytest.raises(ValueError):
+        mpi.set_chunk_elements(0)
+
+
+def test_first_difference_names_the_place():
+    a = {"algorithm": "bsp", "shapes": [[2, 3], [4]], "options": {"x": 1}}
+    b = {"algorithm": "bsp", "shapes": [[2, 3], [5]], "options": {"x": 1}}
+    assert mpi.first_difference(a, b) == "shapes.1.0 4 vs 5"
+    assert "entries" in mpi.first_difference({"s": [1]}, {"s": [1, 2]})
+    assert mpi.first_difference(a, a) is None
