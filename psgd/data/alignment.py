@@ -6,9 +6,10 @@ Accepted forms:
   * a text alignment, one utterance a line: "utt-id id id ...", given as a
     plain path or "ark,t:path".
 A plain-file archive is sniffed: binary int vectors go through kaldiio; text
-is parsed here line by line, which is far faster than kaldiio's
-character-at-a-time text reader and lets errors name the line. Only the
-wanted utterances' lines are converted to numbers.
+is parsed here line by line: far faster than kaldiio's character-at-a-time
+text reader (which also misreads a short last entry of a bare "utt 1 2 3"
+file), and errors can name the line. Only the wanted utterances' lines are
+converted to numbers.
 """
 import numpy as np
 
@@ -41,6 +42,10 @@ def read_text_alignment(path, keys):
                 if not parts or parts[0] not in wanted:
                     continue
                 key, rest = parts[0], parts[1] if len(parts) > 1 else ""
+                # Kaldi writes int vectors bare, kaldiio (and float vectors) in brackets.
+                rest = rest.strip()
+                if rest.startswith("[") and rest.endswith("]"):
+                    rest = rest[1:-1]
                 if key in out:
                     raise UsageError("%s:%d: utterance %s appears twice" % (path, lineno, key))
                 try:
