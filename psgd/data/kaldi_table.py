@@ -11,6 +11,7 @@ A piped archive cannot seek and is scanned a second time instead.
 """
 import struct
 import warnings
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -67,14 +68,25 @@ def _scan(fd, where):
         raise kaldi_error(at, e) from None
 
 
-def _open(rspec):
+@contextmanager
+def _reading(rspec):
+    """An open archive; for a pipe, a failed command is an error too."""
     if rspec.path.strip() == "-":
         raise UsageError("%s: cannot read a sharded table from stdin; "
                          "write it to a file or list it in an scp" % rspec.path)
     try:
-        return _kaldiio().open_like_kaldi(rspec.path, "rb")
+        fd = _kaldiio().open_like_kaldi(rspec.path, "rb")
     except OSError as e:
         raise kaldi_error(rspec.path, e) from None
+    try:
+        yield fd
+    except BaseException:
+        fd.close()
+        raise
+    # Only kaldiio's pipe wrapper returns a status: the command's, shifted by 8.
+    status = fd.close()
+    if status:
+        raise UsageError("%s: command failed with exit status %d" % (rspec.path, status >> 8))
 
 
 class _Scp:
@@ -113,7 +125,7 @@ class _Ark:
     def __init__(self, rspec, convert):
         self.rspec, self.where = rspec, rspec.path
         self.offsets = {}
-        with _open(rspec) as fd:
+        with _reading(rspec) as fd:
             for key, offset, value in _scan(fd, self.where):
                 if key in self.offsets:
                     raise UsageError("%s: utterance id %s appears twice" % (self.where, key))
@@ -128,7 +140,7 @@ class _Ark:
         matio = _kaldiio().matio
         out = {}
         # Read in file order so the disk sees one forward sweep.
-        with _open(self.rspec) as fd:
+        with _reading(self.rspec) as fd:
             for key in sorted(wanted, key=self.offsets.get):
                 where = "%s: utterance %s" % (self.where, key)
                 try:
@@ -140,7 +152,7 @@ class _Ark:
 
     def _rescan(self, wanted, convert):
         out = {}
-        with _open(self.rspec) as fd:
+        with _reading(self.rspec) as fd:
             for key, _, value in _scan(fd, self.where):
                 if key in wanted:
                     out[key] = convert("%s: utterance %s" % (self.where, key), value)
@@ -196,7 +208,7 @@ def read_int_vectors(rspecifier, keys):
     if rspec.kind == "scp":
         return _Scp(rspec).read(sorted(wanted), to_labels)
     out = {}
-    with _open(rspec) as fd:
+    with _reading(rspec) as fd:
         for key, _, value in _scan(fd, rspec.path):
             if key in wanted:
                 if key in out:

@@ -164,3 +164,13 @@ def test_bad_arguments(corpus, kwargs, word):
 def test_stdin_cannot_be_sharded(corpus):
     with pytest.raises(UsageError, match="stdin"):
         load_kaldi("ark:-", corpus.write_ali_text())
+
+
+def test_failing_pipe_command(corpus):
+    ark, _ = corpus.write_feats()
+    with pytest.raises(UsageError) as e:
+        load_kaldi("ark:exit 3 |", corpus.write_ali_text())
+    _one_line(e, "exit 3 |", "exit status 3")
+    with pytest.raises(UsageError) as e:
+        load_kaldi("ark:" + ark, "ark:cat %s; exit 2 |" % corpus.write_ali_ark())
+    _one_line(e, "exit status 2")
