@@ -175,9 +175,11 @@ class FeatureTable:
         self.keys = self._table.keys
 
     def _check(self, where, value):
+        # kaldiio types a text matrix by its first number, so whole-valued
+        # text features come back as integers: accept those too.
         if not isinstance(value, np.ndarray) or value.ndim != 2 \
-                or value.dtype.kind != "f":
-            raise UsageError("%s: expected a float matrix of features, got %s"
+                or value.dtype.kind not in "fiu":
+            raise UsageError("%s: expected a matrix of features, got %s"
                              % (where, _describe(value)))
         self._dims.add(value.shape[1])
 

@@ -120,7 +120,7 @@ def test_alignment_as_features_is_rejected(corpus):
     path = corpus.write_ali_ark()
     with pytest.raises(UsageError) as e:
         load_kaldi("ark:" + path, path)
-    _one_line(e, "ali.ark", "float matrix")
+    _one_line(e, "ali.ark", "expected a matrix")
 
 
 def test_label_out_of_range_names_the_utterance(corpus):

@@ -133,3 +133,11 @@ def test_num_classes_defaults_to_local_max_plus_one(corpus):
         first, rep0 = load_kaldi("scp:" + scp, "ark:" + targets, rank=0, size=2)
     assert rep.max_label == 6 and whole.num_classes == 7
     assert rep0.max_label == 2 and first.num_classes == 3      # the trainer Allreduces
+
+
+def test_whole_valued_text_features(corpus):
+    feats = {k: np.round(v).astype(np.float32) for k, v in corpus.feats.items()}
+    ark, _ = corpus.write_feats(text=True, feats=feats)
+    ds, _ = load_kaldi("ark,t:" + ark, corpus.write_ali_text(), cmvn=False)
+    assert ds.x_train.dtype == np.float32
+    np.testing.assert_array_equal(ds.x_train, np.concatenate([feats[k] for k in corpus.sorted_keys]))
