@@ -207,8 +207,11 @@ def agree(comm, error):
     if failed < comm.size:
         text = "rank %d: %s" % (first, text)
     if comm.rank == first and not usage:
+        error.collective = True
         raise error
-    raise kind(text)
+    exc = kind(text)
+    exc.collective = True  # every rank raises it: no rank is left waiting
+    raise exc
 
 
 def check_same(comm, description, what="layout"):
@@ -226,8 +229,10 @@ def check_same(comm, description, what="layout"):
     mine = _bcast_text(comm, text, 0)
     theirs = _bcast_text(comm, text, other)
     diff = first_difference(json.loads(mine), json.loads(theirs))
-    raise UsageError("%s differs between rank 0 and rank%s %s: %s" % (
+    exc = UsageError("%s differs between rank 0 and rank%s %s: %s" % (
         what, "s" if len(odd) > 1 else "", ",".join(map(str, odd)), diff))
+    exc.collective = True
+    raise exc
 
 
 def first_difference(a, b, path=""):

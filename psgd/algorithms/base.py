@@ -85,8 +85,9 @@ class Algorithm:
         """The class that plays this rank's role (servers override)."""
         return cls
 
-    def __init__(self, comm, buffer, options, grad_buffer=None):
+    def __init__(self, comm, buffer, options, grad_buffer=None, stat_buffer=None):
         self.comm = comm
+        self.stat_buffer = stat_buffer
         self.node = mpi.Node(comm)
         self.buffer = buffer
         self.grad_buffer = grad_buffer
@@ -148,8 +149,17 @@ class CollectiveWorker(Algorithm):
             return False
         self.samples += n_k
         self.update(n_k, n, active)
+        if self.stat_buffer is not None and self.stat_buffer.size:
+            self._average_stats(n_k, n)
         self.syncs += 1
         return True
+
+    def _average_stats(self, n_k, n):
+        """Non-trained state (BatchNorm running statistics) is averaged with
+        the same sample weights as the model (Kaldi's ReduceAccStat)."""
+        s = self.stat_buffer.data
+        s *= s.dtype.type(n_k / n)
+        mpi.Exchange(self.comm, self.stat_buffer).allreduce()
 
     def stop(self, n_k=0):
         """Fold in the last partial block, then take part with n_k = 0 until
@@ -178,18 +188,22 @@ def _check_count(n_k):
     return int(n_k), None
 
 
-def describe(name, options, buffer, grad_buffer):
+def describe(name, options, buffer, grad_buffer, stat_buffer=None):
     return {"algorithm": name, "dtype": str(buffer.dtype),
             "tensors": len(buffer.shapes), "shapes": [list(s) for s in buffer.shapes],
             "grads": None if grad_buffer is None else [list(s) for s in grad_buffer.shapes],
+            "stats": None if stat_buffer is None else [list(s) for s in stat_buffer.shapes],
             "options": options}
 
 
-def create(name, params, comm=None, grads=None, **options):
+def create(name, params, comm=None, grads=None, stats=None, **options):
     """The object for this rank's role in algorithm `name` (see ALGORITHMS.md).
-    Collective over `comm`: any error on any rank is raised on every rank."""
+    Collective over `comm`: any error on any rank is raised on every rank.
+    `stats`: optional non-trained arrays (BatchNorm running statistics) that
+    the collective algorithms average at every sync."""
     comm = comm if comm is not None else MPI.COMM_WORLD
     error, cls, resolved, buffer, grad_buffer = None, None, None, None, None
+    stat_buffer = None
     try:
         if name not in REGISTRY:
             raise UsageError("unknown algorithm %r; valid: %s" % (name, ", ".join(REGISTRY)))
@@ -208,13 +222,15 @@ def create(name, params, comm=None, grads=None, **options):
             grad_buffer = _as_buffer(grads, "grads")
             if grad_buffer.shapes != buffer.shapes or grad_buffer.dtype != buffer.dtype:
                 raise UsageError("grads must have the shapes and dtype of params")
+        if stats is not None and len(list(stats)):
+            stat_buffer = _as_buffer(stats, "stats")
     except (UsageError, ValueError, TypeError) as exc:
         error = exc if isinstance(exc, UsageError) else UsageError(str(exc))
     mpi.agree(comm, error)
     comm = comm.Dup()
-    mpi.check_same(comm, describe(name, resolved, buffer, grad_buffer), "layout")
+    mpi.check_same(comm, describe(name, resolved, buffer, grad_buffer, stat_buffer), "layout")
     role = cls.for_rank(comm.Get_rank())
-    obj = role(comm, buffer, resolved, grad_buffer)
+    obj = role(comm, buffer, resolved, grad_buffer, stat_buffer)
     obj.exchange.bcast(mpi.MAIN_RANK)
     obj.initialized()
     return obj

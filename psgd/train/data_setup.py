@@ -1,0 +1,136 @@
+"""Each rank's data: its training shard and its share of the held-out set.
+
+Workers read only their own shard. Whatever needs every worker's numbers
+(global CMVN, the class count, the skip counts) is reduced over the job
+here. Under a server algorithm rank 0 trains on nothing; it still takes a
+share of the held-out evaluation of MNIST-1D.
+"""
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+from mpi4py import MPI
+
+from ..data import (CmvnStats, apply_cmvn, chunk_utterances, load_kaldi, load_mnist1d,
+                    shard_range)
+from ..errors import UsageError
+
+MNIST1D_SEED = 42  # the package's standard data set; --seed drives training only
+
+
+@dataclass
+class RankData:
+    x_train: object
+    y_train: object
+    x_eval: object
+    y_eval: object
+    num_classes: int
+    input_shape: tuple
+    name: str
+    total_train: int = 0       # examples (frames) over all workers
+    total_eval: int = 0
+    skipped: tuple = (0, 0)    # utterances skipped: label/frame mismatch, no targets
+
+
+def _empty(shape, dtype=np.float32):
+    return np.zeros((0,) + tuple(shape), dtype=dtype)
+
+
+def read_local(args, rank, size, worker_index, num_workers):
+    """This rank's own reading; no MPI, so a failure here can be agreed on
+    (mpi.agree) before any rank enters a collective."""
+    if args.feats is None:
+        ds = load_mnist1d(args.num_samples, seed=MNIST1D_SEED)
+        if worker_index is None:
+            xt, yt = _empty(ds.input_shape), np.zeros(0, np.int64)
+        else:
+            a, b = shard_range(ds.num_train, worker_index, num_workers)
+            xt, yt = ds.x_train[a:b], ds.y_train[a:b]
+        c, d = shard_range(ds.num_test, rank, size)
+        return RankData(xt, yt, ds.x_test[c:d], ds.y_test[c:d], ds.num_classes,
+                        tuple(ds.input_shape), "mnist1d")
+    if worker_index is None:
+        return None
+    return load_kaldi(args.feats, args.targets, worker_index, num_workers,
+                      splice=args.splice, cmvn=False, num_classes=args.num_classes,
+                      cv_feats=args.cv_feats, cv_targets=args.cv_targets)
+
+
+def combine(args, comm, local, worker_index, sequences=False):
+    """Collective: global CMVN, class count and example counts."""
+    data = local if args.feats is None else _kaldi(args, comm, local, worker_index)
+    if sequences:
+        data = _as_sequences(data, args)
+    counts = np.array([len(data.y_train), len(data.y_eval)], dtype=np.int64)
+    comm.Allreduce(MPI.IN_PLACE, counts, op=MPI.SUM)
+    data.total_train, data.total_eval = int(counts[0]), int(counts[1])
+    if data.total_train == 0:
+        raise UsageError("no training data on any worker")
+    return data
+
+
+def _kaldi(args, comm, local, worker_index):
+    ds = None
+    if local is not None:
+        ds, report = local
+        stats, dim = report.cmvn_stats.pack(), report.feat_dim
+        facts = np.array([dim, report.max_label, report.train.skipped_mismatch,
+                          report.train.skipped_no_target], dtype=np.int64)
+    else:
+        facts = np.array([-1, -1, 0, 0], dtype=np.int64)
+    # The feature dimension, then the global statistics (the server adds zeros).
+    dims = np.array([facts[0], -facts[0] if facts[0] >= 0 else -(2 ** 62)], dtype=np.int64)
+    comm.Allreduce(MPI.IN_PLACE, dims, op=MPI.MAX)
+    dim, min_dim = int(dims[0]), -int(dims[1])
+    if dim != min_dim:
+        raise UsageError("workers read features of different dimensions (%d and %d)" % (min_dim, dim))
+    if ds is None:
+        stats = np.zeros(2 * dim + 1)
+    comm.Allreduce(MPI.IN_PLACE, stats, op=MPI.SUM)
+    comm.Allreduce(MPI.IN_PLACE, facts[1:2], op=MPI.MAX)
+    comm.Allreduce(MPI.IN_PLACE, facts[2:], op=MPI.SUM)
+    num_classes = args.num_classes or int(facts[1]) + 1
+    global_stats = CmvnStats.unpack(stats)
+    if global_stats.count == 0:
+        raise UsageError("%s: no usable utterances on any worker" % args.feats)
+    shape = (dim * (2 * args.splice + 1),)
+    skipped = (int(facts[2]), int(facts[3]))
+    if ds is None:
+        return RankData(_empty(shape), np.zeros(0, np.int64), _empty(shape),
+                        np.zeros(0, np.int64), num_classes, shape, "kaldi", skipped=skipped)
+    if args.cmvn:
+        ds = apply_cmvn(ds, global_stats)
+    if len(ds.y_train) == 0:
+        warnings.warn("worker %d has no training utterances (more workers than utterances)"
+                      % worker_index)
+    x_eval = ds.x_test if ds.x_test is not None else _empty(shape)
+    y_eval = ds.y_test if ds.y_test is not None else np.zeros(0, np.int64)
+    data = RankData(ds.x_train, ds.y_train, x_eval, y_eval, num_classes, shape, "kaldi",
+                    skipped=skipped)
+    data.utts = (ds.train_utts, ds.test_utts)
+    return data
+
+
+def _as_sequences(data, args):
+    """LSTM input: (B, T, F) chunks of --bptt frames with per-frame labels
+    (-1 marks padding); MNIST-1D examples are sequences of 40 one-dim frames."""
+    if data.name == "mnist1d":
+        def seq(x):
+            return np.ascontiguousarray(np.transpose(x, (0, 2, 1)))
+        data.x_train, data.x_eval = seq(data.x_train), seq(data.x_eval)
+        data.input_shape = (data.input_shape[1], data.input_shape[0])
+        return data
+    train_utts, eval_utts = getattr(data, "utts", (None, None))
+    feat = data.input_shape[0]
+    if train_utts is not None:
+        data.x_train, data.y_train = chunk_utterances(data.x_train, data.y_train,
+                                                      train_utts.offsets, args.bptt)
+    else:
+        data.x_train, data.y_train = _empty((args.bptt, feat)), np.zeros((0, args.bptt), np.int64)
+    if eval_utts is not None:
+        data.x_eval, data.y_eval = chunk_utterances(data.x_eval, data.y_eval,
+                                                    eval_utts.offsets, args.bptt)
+    else:
+        data.x_eval, data.y_eval = _empty((args.bptt, feat)), np.zeros((0, args.bptt), np.int64)
+    data.input_shape = (args.bptt, feat)
+    return data

@@ -1,0 +1,84 @@
+"""Saved models and checkpoints: .npz of named arrays plus a JSON header,
+written atomically (temp file, fsync, rename) with a checksum that load
+verifies, and read with allow_pickle=False (a file is only ever read)."""
+import hashlib
+import json
+import os
+import tempfile
+import zipfile
+
+import numpy as np
+
+from ..errors import UsageError
+
+HEADER = "__header__"
+
+
+def _digest(arrays):
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(name.encode())
+        h.update(str(a.dtype).encode())
+        h.update(str(a.shape).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def save(path, arrays, header):
+    """Write {name: array} and a JSON-able header to `path` atomically."""
+    arrays = {k: np.asarray(v) for k, v in arrays.items()}
+    if HEADER in arrays:
+        raise ValueError("%r is reserved" % HEADER)
+    header = dict(header, checksum=_digest(arrays))
+    payload = dict(arrays)
+    payload[HEADER] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(folder)
+
+
+def _fsync_dir(folder):
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def load(path):
+    """(arrays, header); a missing, torn or tampered file is a UsageError."""
+    if not os.path.exists(path):
+        raise UsageError("%s: no such file" % path)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        raise UsageError("%s: not a readable psgd model/checkpoint (%s)" % (
+            path, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)) from None
+    raw = arrays.pop(HEADER, None)
+    if raw is None:
+        raise UsageError("%s: not a psgd file (no header)" % path)
+    try:
+        header = json.loads(raw.tobytes().decode())
+    except ValueError:
+        raise UsageError("%s: corrupt header" % path) from None
+    if header.get("checksum") != _digest(arrays):
+        raise UsageError("%s: checksum mismatch (corrupt or partly written file)" % path)
+    return arrays, header
