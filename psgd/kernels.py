@@ -100,3 +100,25 @@ def bmuf_update(w, w_g, D, eta, zeta, nesterov):
         np.multiply(D, look, out=w)
         w += w_g
     return w
+
+
+def momentum_step(x, v, d, m, alpha):
+    """Server-side momentum (masgd), in place:
+        v <- m * v + d
+        x <- x + alpha * v
+    one pass on a GPU; on the host `d` is used as scratch and left undefined."""
+    t = x.dtype.type
+    m, alpha = t(m), t(alpha)
+    if _on_gpu(x):
+        _kernel("momentum_step", "T d, T m, T alpha", "T x, T v",
+                "T nv = m * v + d; v = nv; x = x + alpha * nv")(d, m, alpha, x, v)
+    elif _use_numexpr(x):
+        env = {"x": x, "v": v, "d": d, "m": m, "alpha": alpha}
+        numexpr.evaluate("m * v + d", local_dict=env, out=v, casting="same_kind")
+        numexpr.evaluate("x + alpha * v", local_dict=env, out=x, casting="same_kind")
+    else:
+        v *= m
+        v += d
+        np.multiply(v, alpha, out=d)
+        x += d
+    return x
