@@ -75,26 +75,31 @@ def axpy(a, alpha, b):
 
 
 def bmuf_update(w, w_g, D, eta, zeta, nesterov):
-    """Given w = the sample-weighted mean of the workers' models:
-        D   <- eta * D + zeta * (w - w_g)
+    """Given w = the sample-weighted mean of the workers' models, with the
+    block having started from  s = w_g + look * D  (look = eta under
+    Nesterov, else 0):
+        G   = w - s                     the mean block delta
+        D   <- eta * D + zeta * G
         w_g <- w_g + D
-        w   <- w_g + eta * D  (nesterov)  or  w_g
-    all in place, in one pass on a GPU."""
+        w   <- w_g + look * D
+    all in place (one pass on a GPU). Folding s into D's coefficient,
+    D <- (eta - zeta * look) * D + zeta * (w - w_g), avoids a temporary."""
     t = w.dtype.type
-    eta, zeta, look = t(eta), t(zeta), t(eta if nesterov else 0.0)
+    look = eta if nesterov else 0.0
+    keep, zeta, look = t(eta - zeta * look), t(zeta), t(look)
     if _on_gpu(w):
-        _kernel("bmuf", "T eta, T zeta, T look", "T w, T wg, T d",
-                "T nd = eta * d + zeta * (w - wg); T ng = wg + nd;"
-                " d = nd; wg = ng; w = ng + look * nd")(eta, zeta, look, w, w_g, D)
+        _kernel("bmuf", "T keep, T zeta, T look", "T w, T wg, T d",
+                "T nd = keep * d + zeta * (w - wg); T ng = wg + nd;"
+                " d = nd; wg = ng; w = ng + look * nd")(keep, zeta, look, w, w_g, D)
     elif _use_numexpr(w):
-        env = {"w": w, "g": w_g, "d": D, "eta": eta, "zeta": zeta, "look": look}
-        numexpr.evaluate("eta * d + zeta * (w - g)", local_dict=env, out=D, casting="same_kind")
+        env = {"w": w, "g": w_g, "d": D, "keep": keep, "zeta": zeta, "look": look}
+        numexpr.evaluate("keep * d + zeta * (w - g)", local_dict=env, out=D, casting="same_kind")
         numexpr.evaluate("g + d", local_dict=env, out=w_g, casting="same_kind")
         numexpr.evaluate("g + look * d", local_dict=env, out=w, casting="same_kind")
     else:
         w -= w_g
         w *= zeta
-        D *= eta
+        D *= keep
         D += w
         w_g += D
         np.multiply(D, look, out=w)

@@ -17,8 +17,11 @@ def bsp(ws, ns, state, uniform=False):
 
 
 def bmuf(ws, ns, state, eta, zeta, nesterov):
+    """The block delta is measured from where the workers started the block
+    (w_g + eta * D under Nesterov), as in Chen & Huo's NBM."""
     w_g, D = state["w_g"], state["D"]
-    G = sum((n_k / sum(ns)) * (w - w_g) for w, n_k in zip(ws, ns))
+    start = w_g + eta * D if nesterov else w_g
+    G = sum((n_k / sum(ns)) * (w - start) for w, n_k in zip(ws, ns))
     D = eta * D + zeta * G
     w_g = w_g + D
     state["w_g"], state["D"] = w_g, D

@@ -1,10 +1,16 @@
 """bmuf: blockwise model-update filtering (Chen & Huo, ICASSP 2016).
 
-    G   = sum_k (n_k / n) * (w_k - w_g)      mean block delta
+    G   = sum_k (n_k / n) * (w_k - s)        mean block delta
     D  <- eta * D + zeta * G                 block momentum
     w_g <- w_g + D
-    w_k <- w_g + eta * D  (nesterov)  or  w_g
+    w_k <- s' = w_g + eta * D  (nesterov)  or  w_g
 At the end every rank keeps w_g itself, without the look-ahead.
+
+s is where the block started: w_g, or under Nesterov the look-ahead
+w_g + eta * D that the workers were handed (the paper's W_g(t-1)).
+Measuring the delta from w_g instead would count eta * D twice, and the
+defaults (eta = 1 - 1/N, zeta = 1) would then diverge: D grows as
+eta * (1 + zeta) > 1. Without Nesterov both readings coincide.
 """
 from .. import kernels
 from ..buffers import host_copy
