@@ -25,6 +25,11 @@ def main(argv=None):
     warnings.showwarning = _one_line_warnings
     try:
         args = parse_args(argv)
+    except UsageError as exc:
+        # Every rank parses the same command line, so every rank fails here.
+        sys.stderr.write("%s: error: %s\n" % (PROG, exc))
+        return 2
+    try:
         Trainer(args).run()
     except (UsageError, NonFiniteError) as exc:
         if getattr(exc, "collective", False):

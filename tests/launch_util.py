@@ -1,0 +1,54 @@
+"""Run a whole MPI job from a plain pytest test: mpirun beside the test's
+Python, the repository on PYTHONPATH, a hard timeout, output captured."""
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MPIRUN = os.path.join(os.path.dirname(sys.executable), "mpirun")
+
+
+def mpirun(np, argv, timeout=120, env=None, cwd=None):
+    """CompletedProcess of `mpirun -np NP python ARGV...` (argv after python)."""
+    full_env = dict(os.environ)
+    full_env["PYTHONPATH"] = ROOT + os.pathsep + full_env.get("PYTHONPATH", "")
+    full_env.setdefault("PSGD_BACKEND", "numpy")
+    full_env.setdefault("PSGD_CACHE_DIR", os.path.join(ROOT, ".cache"))
+    full_env.update(env or {})
+    cmd = [MPIRUN, "-np", str(np)]
+    if "Open MPI" in _mpi_flavour():
+        cmd += ["--oversubscribe"]
+        full_env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        full_env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    cmd += [sys.executable] + list(argv)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env=full_env, cwd=cwd or ROOT, stdin=subprocess.DEVNULL)
+
+
+def psgd_train(np, *flags, timeout=120, env=None, cwd=None):
+    return mpirun(np, ["-m", "psgd.worker"] + list(flags), timeout=timeout, env=env, cwd=cwd)
+
+
+_flavour = None
+
+
+def _mpi_flavour():
+    global _flavour
+    if _flavour is None:
+        out = subprocess.run([MPIRUN, "--version"], capture_output=True, text=True)
+        _flavour = out.stdout + out.stderr
+    return _flavour
+
+
+def error_lines(stderr):
+    """The psgd error lines of a failed job (one per rank at most)."""
+    return [line for line in stderr.splitlines() if "error:" in line]
+
+
+def assert_clean_failure(result, needle):
+    """Non-zero exit, a psgd line naming the problem, no Python traceback."""
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = error_lines(result.stderr)
+    assert lines, result.stderr
+    assert any(needle in line for line in lines), (needle, result.stderr)
