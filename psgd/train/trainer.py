@@ -229,6 +229,7 @@ class Trainer:
                           "%d samples, %.1fs" % (epoch + 1, self.args.epochs, train_loss,
                                                  test_loss, 100 * test_acc, self.samples, wall),
                           "epoch")
+                kaldi_epoch_lines("held-out", test_loss, test_acc, self.data.total_eval)
         return row
 
     def _syncs(self):
