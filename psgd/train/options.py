@@ -139,7 +139,9 @@ def validate(args):
         raise UsageError("unknown algorithm %r; valid: %s" % (args.algo, ", ".join(ALGORITHMS)))
     if args.model not in MODELS:
         raise UsageError("unknown model %r; valid: %s" % (args.model, ", ".join(MODELS)))
-    for name in ("epochs", "minibatch_size", "num_samples", "sync_period", "lr", "bptt",
+    if args.epochs < 0:
+        raise UsageError("--epochs must be >= 0 (0 writes the initial model), got %d" % args.epochs)
+    for name in ("minibatch_size", "num_samples", "sync_period", "lr", "bptt",
                  "checkpoint_every", "stall_timeout"):
         _positive(name, getattr(args, name))
     if args.splice < 0:

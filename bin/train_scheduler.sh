@@ -1,0 +1,69 @@
+#!/bin/bash
+# Kaldi-style scheduler (after steps/nnet/train_scheduler.sh): one trainer call
+# per epoch, cross-validation after each, newbob learning-rate halving, and
+# rejection of epochs that make the held-out loss worse.
+#
+#   bin/train_scheduler.sh [--np 4] [--algo bmuf] [--lr 0.002] [--max-iters 20] \
+#       [--start-halving-impr 0.01] [--end-halving-impr 0.001] [--halving-factor 0.5] \
+#       DIR [trainer options, e.g. --feats scp:feats.scp --targets ali.ark \
+#            --cv-feats scp:cv.scp --cv-targets cv_ali.ark]
+set -euo pipefail
+
+np=4; algo=bmuf; lr=0.002; max_iters=20; min_iters=0
+start_halving_impr=0.01; end_halving_impr=0.001; halving_factor=0.5
+while [[ $# -gt 0 && "$1" == --* ]]; do
+  case "$1" in
+    --np) np=$2;; --algo) algo=$2;; --lr) lr=$2;; --max-iters) max_iters=$2;;
+    --min-iters) min_iters=$2;;
+    --start-halving-impr) start_halving_impr=$2;; --end-halving-impr) end_halving_impr=$2;;
+    --halving-factor) halving_factor=$2;;
+    *) echo "$0: unknown option $1" >&2; exit 2;;
+  esac
+  shift 2
+done
+[[ $# -ge 1 ]] || { echo "usage: $0 [options] DIR [trainer options]" >&2; exit 2; }
+dir=$1; shift
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+py="${PSGD_PYTHON:-$here/.venv/bin/python}"
+mpirun="${PSGD_MPIRUN:-$(dirname "$py")/mpirun}"
+mkdir -p "$dir/log" "$dir/nnet"
+
+run() { "$mpirun" -np "$np" "$py" -m psgd.worker --algo "$algo" "$@"; }
+loss_of() { grep "AvgLoss:" "$1" | tail -n 1 | awk '{ print $4; }'; }
+acc_of() { awk '/FRAME_ACCURACY/{ acc=$3; sub(/%/,"",acc); } END{print acc}' "$1"; }
+
+# the initial model (Kaldi's nnet-initialize): zero epochs writes it
+best="$dir/nnet/init.npz"
+run --epochs 0 --out "$best" "$@" > "$dir/log/init.log" 2>&1
+run --cross-validate --init "$best" "$@" > "$dir/log/prerun.cv.log" 2>&1
+loss=$(loss_of "$dir/log/prerun.cv.log")
+echo "CROSSVAL PRERUN AVG.LOSS $loss, ACC $(acc_of "$dir/log/prerun.cv.log")%"
+
+halving=0
+for iter in $(seq -w "$max_iters"); do
+  cand="$dir/nnet/iter${iter}.npz"
+  log="$dir/log/iter${iter}"
+  run --epochs 1 --lr "$lr" --init "$best" --out "$cand" --seed "$((777 + 10#$iter))" "$@" \
+      > "$log.tr.log" 2>&1
+  run --cross-validate --init "$cand" "$@" > "$log.cv.log" 2>&1
+  loss_new=$(loss_of "$log.cv.log")
+  echo -n "ITERATION $iter: lr $lr, CROSSVAL AVG.LOSS $loss_new, ACC $(acc_of "$log.cv.log")%, "
+  if awk -v a="$loss_new" -v b="$loss" 'BEGIN{exit !(a < b)}'; then
+    best=$cand; echo "nnet accepted"
+  else
+    echo "nnet rejected"
+  fi
+  # relative improvement, as in Kaldi
+  rel=$(awk -v a="$loss" -v b="$loss_new" 'BEGIN{print (a-b)/a}')
+  loss_prev=$loss
+  awk -v a="$loss_new" -v b="$loss" 'BEGIN{exit !(a < b)}' && loss=$loss_new
+  if [[ $halving == 1 ]] && awk -v r="$rel" -v e="$end_halving_impr" 'BEGIN{exit !(r < e)}'; then
+    if [[ $((10#$iter)) -gt $min_iters ]]; then
+      echo "finished, too small relative improvement $rel"; break
+    fi
+  fi
+  if awk -v r="$rel" -v s="$start_halving_impr" 'BEGIN{exit !(r < s)}'; then halving=1; fi
+  if [[ $halving == 1 ]]; then lr=$(awk -v l="$lr" -v f="$halving_factor" 'BEGIN{print l*f}'); fi
+done
+cp "$best" "$dir/final.npz"
+echo "final model: $dir/final.npz"
