@@ -48,3 +48,68 @@ def sod(ws, ns, state, outer, lr, mu=0.9, beta1=0.9, beta2=0.999, eps=1e-8):
         w_g = w_g - lr * m_hat / (np.sqrt(s_hat) + eps)
     state["w_g"] = w_g
     return [w_g.copy() for _ in ws]
+
+
+# Server algorithms: replays in the order the server logged its services. ------
+# `log` rows are (rank, n_k, order, reply, ...) as psgd's server records them;
+# `local(k, t)` is the change worker k makes to its model before its t-th sync.
+def easgd(x0, log, local, alpha):
+    """Returns the center and, per worker, its model after each of its syncs."""
+    x, w, after = x0.copy(), {}, {}
+    for row in log:
+        k = int(row[0])
+        w_k = w.get(k, x0) + local(k, len(after.get(k, ())))
+        x_before = x
+        x = x + alpha * (w_k - x_before)            # the server, with the old w_k
+        w[k] = w_k - alpha * (w_k - x_before)       # the worker, with the old x
+        after.setdefault(k, []).append(w[k].copy())
+    return x, after
+
+
+def asgd(x0, log, local, alpha, momentum=None, scope="worker"):
+    """asgd (momentum None) or masgd. A worker's reply is the center as it was
+    after `reply` updates, so held (barrier) replies replay exactly."""
+    versions, base, v, after = [x0.copy()], {}, {}, {}
+    for row in log:
+        k, order, reply = int(row[0]), int(row[2]), int(row[3])
+        assert order == len(versions) - 1, "log is not in service order"
+        w_prev = versions[base.get(k, 0)]
+        w_k = w_prev + local(k, len(after.get(k, ())))
+        delta = w_k - w_prev
+        if momentum is None:
+            step = delta
+        else:
+            key = k if scope == "worker" else 0
+            step = v[key] = momentum * v.get(key, np.zeros_like(delta)) + delta
+        versions.append(versions[-1] + alpha * step)
+        base[k] = reply
+        after.setdefault(k, []).append(reply)
+    models = {k: [versions[r].copy() for r in replies] for k, replies in after.items()}
+    return versions[-1], models
+
+
+def barrier_replies(log, finished, period, workers):
+    """The reply counts the barrier rule of asgd gives, from the service order
+    alone: after `period` syncs since the last release, replies are held until
+    every worker that has not finished is waiting; all then get the same count.
+    `finished` rows are (rank, syncs served when it finished)."""
+    # a finish with count c came after sync c - 1 and before sync c; finishes
+    # with the same count keep the server's order
+    events = sorted([(int(o), 1, i) for i, (_, _, o, *rest) in enumerate(log)] +
+                    [(int(c), 0, j) for j, (_, c) in enumerate(finished)])
+    running, held, since, replies, syncs = set(workers), [], 0, [None] * len(log), 0
+    for _, is_sync, what in events:
+        if is_sync:
+            syncs += 1
+            since += 1
+            if held or since >= period:
+                held.append(what)
+            else:
+                replies[what] = syncs
+        else:
+            running.discard(int(finished[what][0]))
+        if held and {int(log[i][0]) for i in held} == running:
+            for i in held:
+                replies[i] = syncs
+            held, since = [], 0
+    return replies

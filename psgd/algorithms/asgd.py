@@ -1,0 +1,87 @@
+"""asgd: asynchronous delta push / model pull (Downpour style; Kaldi's AsgdServer).
+
+Worker k, at each synchronize:
+    Send(MSG_SYNC); Send(w_k - w_prev); Recv(x)
+    w_k <- x; w_prev <- x
+Server, on MSG_SYNC from k:
+    Recv(delta_k); x <- x + alpha * delta_k; Send(x)
+Default alpha = 1.0.
+
+barrier_period = K > 0 (the reference's --sync-period): after K syncs since the
+last release the server holds its replies (it still applies every delta) until
+every still-running worker is waiting, then answers them all with the same x
+and starts counting again. So when the barrier closes no worker's model lags
+the center by more than K updates, and a delta is applied at most
+K + N - 2 updates after the x it started from. K <= 0 disables it.
+"""
+from .. import kernels, mpi
+from ..buffers import host_copy
+from .base import Option, positive, register
+from .server import SERVER_OPTIONS, Server, ServerWorker, _irecv
+
+OPTIONS = {"alpha": Option(1.0, positive),
+           "barrier_period": Option(0, kind=int),
+           **SERVER_OPTIONS}
+
+
+class AsgdServer(Server):
+    name = "asgd"
+    OPTIONS = OPTIONS
+
+    def initialized(self):
+        super().initialized()
+        self.held = []                 # workers whose reply waits for the barrier
+        self.since_release = 0
+
+    def serve(self, rank):
+        self.incoming_exchange.recv(rank)                   # delta_k
+        self.update(rank, self.incoming.data)
+        self.since_release += 1
+        if self.held or 0 < self.barrier_period <= self.since_release:
+            self.held.append(rank)
+            return None
+        self.exchange.send(rank)                            # x
+        return self.syncs + 1
+
+    def update(self, rank, delta):
+        kernels.axpy(self.buffer.data, self.alpha, delta)   # x += alpha * delta_k
+
+    def after_sync(self, rank):
+        self._release_if_all_wait()
+
+    def worker_finished(self, rank):
+        self._release_if_all_wait()
+
+    def _release_if_all_wait(self):
+        if self.held and set(self.held) == self.running:
+            self.reply_held(self.held)
+            self.held, self.since_release = [], 0
+
+
+@register
+class Asgd(ServerWorker):
+    name = "asgd"
+    OPTIONS = OPTIONS
+    server = AsgdServer
+
+    def initialized(self):
+        super().initialized()
+        self.previous = self.buffer.copy()      # w_prev: the x last pulled
+        self.previous_exchange = mpi.Exchange(self.comm, self.previous)
+        self.delta = self.buffer.like()
+        self.delta_exchange = mpi.Exchange(self.comm, self.delta)
+
+    def exchange_with_server(self):
+        w, w_prev = self.buffer.data, self.previous.data
+        self.buffer.xp.subtract(w, w_prev, out=self.delta.data)          # w_k - w_prev
+        receives = _irecv(self.comm, self.previous_exchange._landing(), mpi.MAIN_RANK)
+        self.delta_exchange.send(mpi.MAIN_RANK)
+        self.await_server(receives)
+        self.previous_exchange._stage_in()                                # w_prev <- x
+        w[...] = w_prev                                                   # w_k <- x
+
+    def state_dict(self):
+        return {"w_prev": host_copy(self.previous.data)}
+
+    def _load_state(self, state):
+        self.previous.data[...] = self.buffer.xp.asarray(state["w_prev"])

@@ -1,0 +1,53 @@
+"""easgd: asynchronous elastic averaging (Zhang, Choromanska & LeCun 2015;
+Kaldi's EasgdServer/EasgdWorker).
+
+Worker k, at each synchronize:
+    Send(MSG_SYNC -> 0, TAG_MSG)
+    Sendrecv(send w_k, receive x, TAG_MODEL)     # x as it was before this update
+    w_k <- w_k - alpha * (w_k - x)
+Server, on MSG_SYNC from k:
+    Sendrecv(send x, receive w_k, TAG_MODEL)
+    x <- x + alpha * (w_k - x)
+Both sides use the values from before the exchange (a symmetric elastic force).
+Default alpha = 0.9 / N (the paper's beta = N * alpha = 0.9).
+"""
+from .. import kernels, mpi
+from .base import Option, register
+from .server import SERVER_OPTIONS, Server, ServerWorker, _irecv, _isend
+
+
+def _elastic_range(alpha):
+    return None if 0.0 < alpha <= 1.0 else "must satisfy 0 < alpha <= 1"
+
+
+OPTIONS = {"alpha": Option(lambda N: 0.9 / max(N, 1), _elastic_range), **SERVER_OPTIONS}
+
+
+class EasgdServer(Server):
+    name = "easgd"
+    OPTIONS = OPTIONS
+
+    def serve(self, rank):
+        reply = self.syncs                      # the worker gets x before this update
+        self.exchange.sendrecv(rank, self.incoming_exchange)
+        kernels.lerp(self.buffer.data, self.incoming.data, self.alpha)  # x += alpha (w_k - x)
+        return reply
+
+
+@register
+class Easgd(ServerWorker):
+    name = "easgd"
+    OPTIONS = OPTIONS
+    server = EasgdServer
+
+    def initialized(self):
+        super().initialized()
+        self.center = self.buffer.like()        # x, as received
+        self.center_exchange = mpi.Exchange(self.comm, self.center)
+
+    def exchange_with_server(self):
+        sends = _isend(self.comm, self.exchange._stage_out(), mpi.MAIN_RANK)
+        receives = _irecv(self.comm, self.center_exchange._landing(), mpi.MAIN_RANK)
+        self.await_server(receives, sends)
+        self.center_exchange._stage_in()
+        kernels.lerp(self.buffer.data, self.center.data, self.alpha)  # w_k -= alpha (w_k - x)

@@ -1,0 +1,72 @@
+"""masgd: asgd with server-side momentum (Kaldi's MasgdServer).
+
+Worker k: as asgd (push w_k - w_prev, pull x). Server, on MSG_SYNC from k:
+    Recv(delta_k)
+    v <- m * v + delta_k
+    x <- x + alpha * v
+    Send(x)
+scope = worker: one v per worker (the reference's default LMASGD); global: one
+shared v (GMASGD). Defaults m = 0.9, alpha = 1 - m: the steady-state gain is
+1, like asgd (the reference's implicit gain is 1 / (1 - m)). barrier_period
+works as in asgd.
+"""
+import numpy as np
+
+from .. import kernels
+from ..buffers import host_copy
+from .asgd import OPTIONS as ASGD_OPTIONS, Asgd, AsgdServer
+from .base import Option, positive, register
+
+
+def _momentum_range(m):
+    return None if 0.0 <= m < 1.0 else "must satisfy 0 <= momentum < 1"
+
+
+OPTIONS = {**ASGD_OPTIONS,
+           "alpha": Option(None, positive),     # not given: 1 - momentum (resolve_options)
+           "momentum": Option(0.9, _momentum_range),
+           "scope": Option("worker", kind=("worker", "global"))}
+
+
+class MasgdServer(AsgdServer):
+    name = "masgd"
+    OPTIONS = OPTIONS
+
+    def initialized(self):
+        super().initialized()
+        count = len(self.workers_ranks) if self.scope == "worker" else 1
+        self.velocities = [self.buffer.like() for _ in range(count)]
+
+    def velocity(self, rank):
+        return self.velocities[rank - 1 if self.scope == "worker" else 0]
+
+    def update(self, rank, delta):
+        # v <- m v + delta_k;  x <- x + alpha v   (one pass; delta is scratch afterwards)
+        kernels.momentum_step(self.buffer.data, self.velocity(rank).data, delta,
+                              self.momentum, self.alpha)
+
+    def state_dict(self):
+        state = super().state_dict()
+        state["velocity"] = np.stack([host_copy(v.data) for v in self.velocities])
+        return state
+
+    def _load_state(self, state):
+        super()._load_state(state)
+        for v, saved in zip(self.velocities, state["velocity"]):
+            v.data[...] = self.buffer.xp.asarray(saved)
+
+
+@register
+class Masgd(Asgd):
+    name = "masgd"
+    OPTIONS = OPTIONS
+    server = MasgdServer
+
+    @classmethod
+    def resolve_options(cls, options, size):
+        options = dict(options)
+        if options.get("alpha") is None:
+            m = cls.OPTIONS["momentum"].resolve("momentum", options.get("momentum"),
+                                                cls.workers(size))
+            options["alpha"] = 1.0 - m
+        return super().resolve_options(options, size)

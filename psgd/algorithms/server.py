@@ -1,0 +1,356 @@
+"""What easgd, asgd and masgd share: rank 0's event loop and the worker side of
+the wire protocol (Kaldi's EasgdServer/AsgdServer run loop, with the fixes of
+ALGORITHMS.md). The algorithm files hold only their exchange and update.
+
+Wire protocol. A worker opens every exchange with a control message on
+TAG_MSG: one int64 pair [message, n_k] (the contract's one int, plus the
+worker's sample count so the server can log samples), then the model traffic
+on TAG_MODEL: one flat buffer per message. FINISHED carries n_k = 0; the
+server answers it with a notice on TAG_NOTICE, int64 [code, sender, value],
+code 0 ("done"), so stop() returns once the server has everything. If the
+server has to give up (an unknown or malformed control message, or an error
+in its own update) it sends every running worker a notice with the reason
+instead, drains whatever they still send, waits for each one's FINISHED and
+raises ProtocolError; every worker raises the same error out of its
+synchronize/stop. No rank is left blocked and no message is left unreceived.
+
+Fairness. The server keeps one Irecv posted per worker for its next control
+message, polls them all with Testsome, and appends what arrived to a FIFO
+(arrivals seen in the same poll go in round-robin order, starting after the
+last worker served). It serves the head of the FIFO, then re-posts that
+worker's Irecv. A worker has at most one control message outstanding, so once
+its message is queued every other worker is served at most once before it: a
+worker in a tight loop cannot starve the others (MPI's ANY_SOURCE matching
+makes no such promise). Each log entry records when its message was seen.
+
+Idle waits poll with a bounded backoff (sleeps from 50 us doubling up to
+`poll_max_sleep`) because MPICH and Open MPI spin in a blocking receive.
+While it serves a worker the server uses blocking calls: that time is busy.
+"""
+import collections
+import dataclasses
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from .. import mpi
+from ..buffers import host_copy
+from ..errors import CollectiveError, UsageError
+from .base import Algorithm, Option, _check_count
+
+# TAG_MSG = 0 and TAG_MODEL = 1 are the contract's; the failure notice gets its own.
+TAG_NOTICE = 2
+CONTROL_SLOTS = 4              # room to receive (and report) an over-long control message
+NOTICE_DONE, NOTICE_UNKNOWN, NOTICE_MALFORMED, NOTICE_SERVER_ERROR = 0, 1, 2, 3
+FIRST_SLEEP = 50e-6
+
+
+class ProtocolError(CollectiveError):
+    """The server gave up; raised on the server and on every running worker."""
+
+
+def _sleep_range(v):
+    return None if 0.0 <= v <= 1.0 else "must be between 0 and 1 second"
+
+
+SERVER_OPTIONS = {"poll_max_sleep": Option(1e-3, _sleep_range)}
+
+Service = collections.namedtuple("Service", "rank n_k order reply arrived")
+Service.__doc__ = """One MSG_SYNC served. `order`: syncs served before it (= the
+center's update count before this update); `reply`: the update count of the
+center the worker got back (easgd: order, the center before the update; asgd and
+masgd: order + 1, or the release count when a barrier held the reply);
+`arrived`: syncs served when the server first saw the control message."""
+
+
+@dataclasses.dataclass
+class ServerStats:
+    syncs: int = 0          # MSG_SYNC served
+    samples: int = 0        # sum of the n_k the workers reported
+    finished: int = 0       # workers that sent MSG_FINISHED
+    busy_s: float = 0.0     # serving: exchanges and updates
+    idle_s: float = 0.0     # waiting for a control message
+    wall_s: float = 0.0     # the whole run()
+    cpu_s: float = 0.0      # process CPU time during run(): low when idle waits sleep
+    sleeps: int = 0         # backoff sleeps taken
+    per_worker: dict = dataclasses.field(default_factory=dict)  # rank -> [syncs, samples]
+
+    def as_dict(self):
+        return dataclasses.asdict(self)
+
+
+def _isend(comm, array, dest, tag=mpi.TAG_MODEL):
+    return [comm.Isend(array[lo:hi], dest=dest, tag=tag) for lo, hi in mpi._chunks(array.size)]
+
+
+def _irecv(comm, array, source, tag=mpi.TAG_MODEL):
+    return [comm.Irecv(array[lo:hi], source=source, tag=tag) for lo, hi in mpi._chunks(array.size)]
+
+
+class Server(Algorithm):
+    """Rank 0: serves control messages until every worker has finished.
+    Subclasses implement serve(rank) -> the update count of the center sent
+    back, or None when the reply is held (then they call reply_held later)."""
+
+    role = "server"
+    server_based = True
+
+    def initialized(self):
+        self.incoming = self.buffer.like()          # w_k or delta_k, as received
+        self.incoming_exchange = mpi.Exchange(self.comm, self.incoming)
+        self.workers_ranks = list(range(1, self.node.size))
+        self.running = set(self.workers_ranks)
+        self.log = []                               # Service entries, in service order
+        self.finished = []                          # (rank, syncs served when it finished)
+        self.stats = None
+        self.failure = None
+        self._control = np.zeros((self.node.size, CONTROL_SLOTS), dtype=np.int64)
+        self._requests = [MPI.REQUEST_NULL] * len(self.workers_ranks)
+        self._statuses = [MPI.Status() for _ in self.workers_ranks]
+        self._queue = collections.deque()           # (rank, message, n_k, arrived)
+        self._last = 0
+
+    def synchronize(self, n_k):
+        raise UsageError("rank 0 is the %s server: call run(), not synchronize()" % self.name)
+
+    def state_dict(self):
+        return {"center": host_copy(self.buffer.data)}
+
+    def _load_state(self, state):
+        self.buffer.data[...] = self.buffer.xp.asarray(state["center"])
+
+    # the event loop ------------------------------------------------------------
+    def run(self):
+        if self.failure is not None:
+            raise ProtocolError(self.failure)
+        if self.stats is not None:
+            raise UsageError("%s server: run() was already called" % self.name)
+        stats = self.stats = ServerStats(per_worker={r: [0, 0] for r in self.workers_ranks})
+        wall, cpu = time.perf_counter(), time.process_time()
+        for rank in self.workers_ranks:
+            self._post(rank)
+        while self.running:
+            if self._queue:
+                self._poll(block=False)
+            else:
+                start = time.perf_counter()
+                self._poll(block=True)
+                stats.idle_s += time.perf_counter() - start
+            start = time.perf_counter()
+            try:
+                self._dispatch(*self._queue.popleft())
+            except (ProtocolError, KeyboardInterrupt):
+                raise
+            except Exception as exc:
+                self._give_up(NOTICE_SERVER_ERROR, 0, 0, None)
+                raise exc
+            stats.busy_s += time.perf_counter() - start
+        stats.wall_s = time.perf_counter() - wall
+        stats.cpu_s = time.process_time() - cpu
+        stats.syncs, stats.samples, stats.finished = self.syncs, self.samples, len(self.finished)
+        self.busy_s, self.idle_s = stats.busy_s, stats.idle_s
+        return stats
+
+    def _dispatch(self, rank, message, n_k, arrived):
+        self._last = rank
+        if message == mpi.MSG_FINISHED:
+            self._notify(rank, NOTICE_DONE)
+            self.running.discard(rank)
+            self.finished.append((rank, self.syncs))
+            self.worker_finished(rank)
+            return
+        order = self.syncs
+        reply = self.serve(rank)
+        self.log.append(Service(rank, n_k, order, reply, arrived))
+        self.syncs += 1
+        self.samples += n_k
+        self.stats.per_worker[rank][0] += 1
+        self.stats.per_worker[rank][1] += n_k
+        self._post(rank)
+        self.after_sync(rank)
+
+    def serve(self, rank):
+        raise NotImplementedError
+
+    def after_sync(self, rank):
+        """Called after every sync is logged (barriers release here)."""
+
+    def worker_finished(self, rank):
+        """Called when `rank` finished; self.running no longer holds it."""
+
+    def reply_held(self, ranks):
+        """Answer workers whose replies were held, all with the current center."""
+        for rank in ranks:
+            self.exchange.send(rank)
+        held = set(ranks)
+        for i in range(len(self.log) - 1, -1, -1):
+            entry = self.log[i]
+            if entry.reply is None and entry.rank in held:
+                self.log[i] = entry._replace(reply=self.syncs)
+
+    # control messages ----------------------------------------------------------
+    def _post(self, rank):
+        self._requests[rank - 1] = self.comm.Irecv(
+            [self._control[rank], MPI.INT64_T], source=rank, tag=mpi.TAG_MSG)
+
+    def _poll(self, block, failing=False):
+        """Queue the control messages that arrived; with `block`, wait (sleeping
+        with backoff) until at least one has. Returns the bad ones (failing mode)."""
+        delay = FIRST_SLEEP
+        while True:
+            done = MPI.Request.Testsome(self._requests, self._statuses)
+            if done is None or done or not block:
+                break
+            time.sleep(delay)
+            self.stats.sleeps += 1
+            delay = min(2 * delay, self.poll_max_sleep)
+        bad = []
+        size = self.node.size
+        # Seen in the same poll: round-robin, starting after the last one served.
+        order = sorted(range(len(done or ())), key=lambda j: (done[j] - self._last) % size)
+        for j in order:
+            rank = done[j] + 1
+            count = self._statuses[j].Get_count(MPI.INT64_T)
+            message, n_k = int(self._control[rank, 0]), int(self._control[rank, 1])
+            if count != 2:
+                bad.append((NOTICE_MALFORMED, rank, count * 8,
+                            "malformed control message from rank %d (%d bytes, expected 16)"
+                            % (rank, count * 8)))
+            elif message not in mpi.MESSAGES:
+                bad.append((NOTICE_UNKNOWN, rank, message,
+                            "unknown control message %d from rank %d (expected %s)" % (
+                                message, rank, " or ".join(
+                                    "%d = %s" % kv for kv in sorted(mpi.MESSAGES.items())))))
+            elif n_k < 0:
+                bad.append((NOTICE_MALFORMED, rank, n_k,
+                            "negative sample count %d from rank %d" % (n_k, rank)))
+            else:
+                self._queue.append((rank, message, n_k, self.syncs))
+        if bad and not failing:
+            code, rank, value, text = bad[0]
+            self._give_up(code, rank, value, text)
+        return bad
+
+    def _give_up(self, code, sender, value, text):
+        """Tell every running worker, drain what they still send, wait for each
+        one's FINISHED, then raise (the original error is re-raised by run)."""
+        for rank in sorted(self.running):
+            self._notify(rank, code, sender, value)
+        waiting = set(self.running)       # the sender too: it is a psgd worker and will answer
+        queued = {entry[0] for entry in self._queue}
+        for rank in waiting - queued:     # the sender, or the one being served when an update failed
+            if self._requests[rank - 1] == MPI.REQUEST_NULL:
+                self._post(rank)
+        scratch = self.incoming.host
+        while waiting:
+            while self._queue:
+                rank, message, _, _ = self._queue.popleft()
+                if message == mpi.MSG_SYNC:          # its payload is on the way: take it
+                    mpi.Recv(self.comm, scratch, rank, mpi.TAG_MODEL)
+                    self._post(rank)
+                else:
+                    waiting.discard(rank)
+            if waiting and all(r == MPI.REQUEST_NULL for r in self._requests):
+                break                                # nothing more can arrive
+            if waiting:
+                for _, rank, _, _ in self._poll(block=True, failing=True):
+                    waiting.discard(rank)
+        self.failure = "%s server: %s" % (self.name, text or "failed")
+        if text is not None:
+            raise ProtocolError(self.failure)
+
+    def _notify(self, rank, code, sender=0, value=0):
+        notice = np.array([code, sender, value], dtype=np.int64)
+        self.comm.Send([notice, MPI.INT64_T], dest=rank, tag=TAG_NOTICE)
+
+
+class ServerWorker(Algorithm):
+    """Ranks 1..P-1 of a server algorithm. Subclasses implement exchange():
+    the model traffic after the control message, using await_server()."""
+
+    server_based = True
+    server = None   # the Server subclass rank 0 runs
+
+    @classmethod
+    def for_rank(cls, rank):
+        return cls.server if rank == mpi.MAIN_RANK else cls
+
+    def initialized(self):
+        self._control = np.zeros(2, dtype=np.int64)
+        self._notice = np.zeros(3, dtype=np.int64)
+        self._notice_request = self.comm.Irecv([self._notice, MPI.INT64_T],
+                                               source=mpi.MAIN_RANK, tag=TAG_NOTICE)
+        self.stopped = False
+        self.failure = None
+
+    def synchronize(self, n_k):
+        """Push this block (n_k samples) and pull the center; returns True."""
+        n_k = self._count(n_k, "synchronize")
+        self._check_running()
+        self._send_control(mpi.MSG_SYNC, n_k)
+        self.exchange_with_server()
+        self.syncs += 1
+        self.samples += n_k
+        return True
+
+    def stop(self, n_k=0):
+        """Push the last partial block (when n_k > 0), then send FINISHED."""
+        if self.stopped and self.failure is None:
+            return
+        n_k = self._count(n_k, "stop")
+        if n_k > 0:
+            self.synchronize(n_k)
+        self._check_running()
+        self._send_control(mpi.MSG_FINISHED, 0)
+        self.stopped = True
+        self._notice_request.Wait()       # "done", or why the server gave up
+        if self._notice[0] != NOTICE_DONE:
+            self._fail(acknowledge=False)
+
+    def exchange_with_server(self):
+        raise NotImplementedError
+
+    def await_server(self, receives, sends=()):
+        """Wait for this exchange's requests unless the server's notice comes
+        first: then withdraw the receives, acknowledge and raise."""
+        pending = list(receives) + list(sends)
+        while pending:
+            i = MPI.Request.Waitany(pending + [self._notice_request])
+            if i == len(pending):
+                withdraw = {id(r) for r in receives}
+                for request in pending:
+                    if id(request) in withdraw:
+                        request.Cancel()
+                MPI.Request.Waitall(pending)   # sends complete: the server drains them
+                self._fail()
+            del pending[i]
+
+    def _send_control(self, message, n_k):
+        self._control[:] = (message, n_k)
+        self.comm.Send([self._control, MPI.INT64_T], dest=mpi.MAIN_RANK, tag=mpi.TAG_MSG)
+
+    def _count(self, n_k, call):
+        n_k, problem = _check_count(n_k)
+        if problem:
+            raise UsageError(problem.replace("synchronize(", call + "("))
+        return n_k
+
+    def _check_running(self):
+        if self.failure is not None:
+            raise ProtocolError(self.failure)
+        if self.stopped:
+            raise UsageError("%s worker %d: synchronize after stop" % (self.name, self.node.rank))
+        if self._notice_request.Test():
+            self._fail()
+
+    def _fail(self, acknowledge=True):
+        code, sender, value = (int(v) for v in self._notice)
+        what = {NOTICE_UNKNOWN: "unknown control message %d from rank %d" % (value, sender),
+                NOTICE_MALFORMED: "malformed control message from rank %d" % sender,
+                }.get(code, "it failed (see rank 0's error)")
+        self.failure = "rank %d: the %s server stopped: %s" % (self.node.rank, self.name, what)
+        if acknowledge:
+            self._send_control(mpi.MSG_FINISHED, 0)
+        self.stopped = True
+        raise ProtocolError(self.failure)

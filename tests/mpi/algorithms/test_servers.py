@@ -1,0 +1,356 @@
+"""easgd, asgd and masgd under mpirun: rank 0 serves, the others work. Every
+run is checked against a serial replay of ALGORITHMS.md in the exact order
+the server logged (the log is broadcast as int arrays), with uneven workers:
+one that syncs many times, one that never syncs, one that syncs once, one
+that only pushes its last block from stop()."""
+import time
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import psgd
+import reference
+from psgd import mpi
+from psgd.algorithms.server import ProtocolError
+
+pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.timeout(60)]
+
+SHAPES = [(3, 4), (0,), (5,), (2, 1, 3)]
+SIZE = sum(int(np.prod(s)) for s in SHAPES)
+# worker kind -> (n_k of each synchronize, n_k passed to stop)
+PLANS = {"many": ([3, 5, 2, 7, 4], 6), "never": ([], 0), "once": ([4], 0),
+         "push_at_stop": ([], 5)}
+KINDS = ["many", "never", "once", "push_at_stop"]
+
+
+def plan(k):
+    return PLANS[KINDS[(k - 1) % len(KINDS)]]
+
+
+def initial(k):
+    return [np.random.default_rng(k).standard_normal(s) for s in SHAPES]
+
+
+def x0():
+    return np.concatenate([a.ravel() for a in initial(0)])
+
+
+def local(k, t):
+    """The deterministic 'training' worker k does before its t-th sync."""
+    return 0.1 * np.random.default_rng(1000 * k + t).standard_normal(SIZE)
+
+
+def share_log(comm, obj):
+    """The server's log and finish list on every rank, as int64 arrays."""
+    rows = fin = None
+    if comm.rank == 0:
+        rows = np.array([[e.rank, e.n_k, e.order, -1 if e.reply is None else e.reply, e.arrived]
+                         for e in obj.log], dtype=np.int64).reshape(-1, 5)
+        fin = np.array(obj.finished, dtype=np.int64).reshape(-1, 2)
+    shared = []
+    for array, width in ((rows, 5), (fin, 2)):
+        n = np.array([0 if array is None else len(array)], dtype=np.int64)
+        comm.Bcast(n, root=0)
+        if array is None:
+            array = np.empty((int(n[0]), width), dtype=np.int64)
+        comm.Bcast(array, root=0)
+        shared.append(array)
+    return shared
+
+
+def uneven_worker(obj, k):
+    """Run worker k's plan; return its model after each synchronize and at the end."""
+    syncs, last = plan(k)
+    flat, seen = obj.buffer.data, []
+    for t, n_k in enumerate(syncs):
+        flat += local(k, t)
+        assert obj.synchronize(n_k) is True
+        seen.append(flat.copy())
+    flat += local(k, len(syncs))
+    obj.stop(last)
+    return seen, flat.copy()
+
+
+def drive(comm, name, worker=uneven_worker, **options):
+    obj = psgd.create(name, [a.copy() for a in initial(comm.rank)], comm=comm, **options)
+    result = obj.run() if obj.role == "server" else worker(obj, comm.rank)
+    log, finished = share_log(comm, obj)
+    return obj, result, log, finished
+
+
+def check_replay(comm, name, replay, **options):
+    obj, result, log, finished = drive(comm, name, **options)
+    center, after = replay(x0(), log, local)
+    workers = list(range(1, comm.size))
+    assert sorted(finished[:, 0].tolist()) == workers
+    if comm.rank == 0:
+        assert obj.role == "server"
+        np.testing.assert_allclose(obj.buffer.data, center, rtol=1e-12, atol=1e-12)
+        stats = result
+        assert stats.syncs == len(log) == obj.syncs
+        assert stats.samples == log[:, 1].sum() == sum(sum(plan(k)[0]) + plan(k)[1]
+                                                      for k in workers)
+        assert stats.finished == comm.size - 1
+        assert stats.busy_s + stats.idle_s <= stats.wall_s + 1e-3
+    else:
+        k = comm.rank
+        syncs, last = plan(k)
+        pushed = syncs + ([last] if last else [])
+        assert log[log[:, 0] == k, 1].tolist() == pushed      # the log holds what k pushed
+        seen, final = result
+        for t, w in enumerate(seen):
+            np.testing.assert_allclose(w, after[k][t], rtol=1e-12, atol=1e-12)
+        if last:
+            expected = after[k][-1]
+        else:
+            expected = after.get(k, [x0()])[-1] + local(k, len(syncs))
+        np.testing.assert_allclose(final, expected, rtol=1e-12, atol=1e-12)
+    return obj, log, finished
+
+
+# the three algorithms against their replays -------------------------------------
+@pytest.mark.parametrize("alpha", [None, 0.5, 1.0])
+def test_easgd_matches_replay(comm, alpha):
+    used = 0.9 / (comm.size - 1) if alpha is None else alpha
+    options = {} if alpha is None else {"alpha": alpha}
+    obj, log, _ = check_replay(
+        comm, "easgd", lambda x, log, f: reference.easgd(x, log, f, used), **options)
+    assert obj.alpha == pytest.approx(used)
+    assert (log[:, 3] == log[:, 2]).all()   # the worker gets x from before the update
+
+
+@pytest.mark.parametrize("alpha", [None, 0.7])
+def test_asgd_matches_replay(comm, alpha):
+    used = 1.0 if alpha is None else alpha
+    options = {} if alpha is None else {"alpha": alpha}
+    _, log, _ = check_replay(
+        comm, "asgd", lambda x, log, f: reference.asgd(x, log, f, used), **options)
+    assert (log[:, 3] == log[:, 2] + 1).all()   # no barrier: answered at once
+
+
+@pytest.mark.parametrize("scope", ["worker", "global"])
+@pytest.mark.parametrize("momentum,alpha", [(None, None), (0.5, 0.8)])
+def test_masgd_matches_replay(comm, scope, momentum, alpha):
+    m = 0.9 if momentum is None else momentum
+    a = 1 - m if alpha is None else alpha
+    options = {k: v for k, v in (("momentum", momentum), ("alpha", alpha)) if v is not None}
+    obj, _, _ = check_replay(
+        comm, "masgd", lambda x, log, f: reference.asgd(x, log, f, a, m, scope),
+        scope=scope, **options)
+    assert (obj.momentum, obj.alpha) == (pytest.approx(m), pytest.approx(a))
+    if obj.role == "server":
+        assert len(obj.velocities) == (comm.size - 1 if scope == "worker" else 1)
+
+
+def test_replay_detects_a_wrong_alpha(comm):
+    """The checks can fail: replaying with another alpha does not match."""
+    _, _, log, _ = drive(comm, "easgd", alpha=0.5)
+    right, _ = reference.easgd(x0(), log, local, 0.5)
+    wrong, _ = reference.easgd(x0(), log, local, 0.4)
+    assert not np.allclose(right, wrong)
+
+
+def test_initial_model_of_rank_0_reaches_workers(comm):
+    obj = psgd.create("asgd", [np.full(3, comm.rank + 1.0)], comm=comm)
+    np.testing.assert_array_equal(obj.params[0], 1.0)
+    if obj.role == "server":
+        obj.run()
+    else:
+        np.testing.assert_array_equal(obj.previous.data, 1.0)
+        obj.stop()
+
+
+# barrier_period -------------------------------------------------------------------
+def jittery_worker(obj, k, syncs=6):
+    """Worker k syncs a few times with a little 'compute' between, so arrivals mix."""
+    rng = np.random.default_rng(k)
+    flat, seen = obj.buffer.data, []
+    for t in range(syncs + k % 3):
+        time.sleep(rng.uniform(0, 2e-3))
+        flat += local(k, t)
+        obj.synchronize(1 + t % 4)
+        seen.append(flat.copy())
+    obj.stop(0)
+    return seen, flat.copy()
+
+
+@pytest.mark.parametrize("name,options", [
+    ("asgd", {}), ("masgd", {"scope": "worker"}), ("masgd", {"scope": "global"})])
+@pytest.mark.parametrize("period", [1, 3])
+def test_barrier_bounds_staleness(comm, name, options, period):
+    obj, result, log, finished = drive(comm, name, jittery_worker, barrier_period=period,
+                                       **options)
+    N = comm.size - 1
+    # replies follow the barrier rule, recomputed from the service order alone
+    expected = reference.barrier_replies(log, finished, period, range(1, comm.size))
+    assert log[:, 3].tolist() == expected
+    # staleness: updates between the x a worker started from and its own update
+    base = {}
+    for rank, _, order, reply, _ in log:
+        assert order - base.get(rank, 0) <= period + N - 2
+        base[rank] = reply
+    # and the models still match the replay
+    m = 0.9 if name == "masgd" else None
+    alpha = 1.0 if m is None else 1 - m
+    center, after = reference.asgd(x0(), log, local, alpha, m, options.get("scope", "worker"))
+    if comm.rank == 0:
+        np.testing.assert_allclose(obj.buffer.data, center, rtol=1e-12, atol=1e-12)
+    else:
+        seen, final = result
+        for t, w in enumerate(seen):
+            np.testing.assert_allclose(w, after[comm.rank][t], rtol=1e-12, atol=1e-12)
+
+
+def test_barrier_period_zero_or_negative_disables_it(comm):
+    _, _, log, _ = drive(comm, "asgd", jittery_worker, barrier_period=-2)
+    assert (log[:, 3] == log[:, 2] + 1).all()
+
+
+# fairness and idling ----------------------------------------------------------------
+def test_a_tight_loop_does_not_starve_the_others(comm):
+    hog, hog_syncs, slow_syncs = 1, 600, 4
+
+    def worker(obj, k):
+        if k == hog:
+            for _ in range(hog_syncs):
+                obj.synchronize(1)
+        else:
+            for _ in range(slow_syncs):
+                time.sleep(1e-3)
+                obj.synchronize(1)
+        obj.stop(0)
+
+    _, _, log, _ = drive(comm, "asgd", worker)
+    # once a control message is seen, every other worker is served at most once before it
+    for rank, _, order, _, arrived in log:
+        between = log[arrived:order, 0].tolist()
+        assert rank not in between and len(between) == len(set(between)), (rank, between)
+    # end to end: the others are done while the hog is still syncing
+    last = {int(r): int(o) for r, _, o, _, _ in log}
+    for rank in range(2, comm.size):
+        assert last[rank] < last[hog], (rank, last)
+
+
+def test_waiting_workers_are_served_in_arrival_order_under_contention(comm):
+    """Every worker syncs in a tight loop on a larger model, so the queue is
+    full: a worker that is waiting must be served before anyone is served twice."""
+    syncs = 25
+
+    def worker(obj, k):
+        for t in range(syncs):
+            obj.synchronize(1)
+        obj.stop(0)
+
+    obj = psgd.create("asgd", [np.zeros(100_000)], comm=comm)
+    obj.run() if obj.role == "server" else worker(obj, comm.rank)
+    log, _ = share_log(comm, obj)
+    assert len(log) == syncs * (comm.size - 1)
+    waits = log[:, 2] - log[:, 4]
+    for (rank, _, order, _, arrived) in log:
+        between = log[arrived:order, 0].tolist()
+        assert rank not in between and len(between) == len(set(between)), (rank, between)
+    assert waits.max() <= comm.size - 2
+    if comm.size > 3:                   # with two workers, a fair server just alternates
+        assert waits.max() >= 1         # there was contention to be fair about
+
+
+def test_idle_server_sleeps_instead_of_spinning(comm):
+    def worker(obj, k):
+        time.sleep(0.4)             # 'compute'
+        obj.synchronize(10)
+        obj.stop(0)
+
+    obj, stats, _, _ = drive(comm, "easgd", worker, poll_max_sleep=2e-3)
+    if comm.rank == 0:
+        assert stats.syncs == comm.size - 1 and stats.samples == 10 * (comm.size - 1)
+        assert stats.idle_s >= 0.3 and stats.sleeps > 0
+        assert stats.cpu_s < 0.5 * stats.wall_s, stats
+        assert (obj.busy_s, obj.idle_s) == (stats.busy_s, stats.idle_s)
+        assert stats.as_dict()["per_worker"] == {k: [1, 10] for k in range(1, comm.size)}
+
+
+# checkpoint state ---------------------------------------------------------------------
+@pytest.mark.parametrize("name,options", [("easgd", {}), ("asgd", {}),
+                                          ("masgd", {"scope": "worker"}),
+                                          ("masgd", {"scope": "global"})])
+def test_state_dict_round_trip(comm, name, options):
+    obj, _, _, _ = drive(comm, name, **options)
+    state = obj.state_dict()
+    if obj.role == "server":
+        expected = {"center"} | ({"velocity"} if name == "masgd" else set())
+        np.testing.assert_array_equal(state["center"], obj.buffer.data)
+        if name == "masgd":
+            rows = comm.size - 1 if options["scope"] == "worker" else 1
+            assert state["velocity"].shape == (rows, SIZE)
+    else:
+        expected = {"w_prev"} if name != "easgd" else set()
+    assert set(state) == expected
+    fresh = psgd.create(name, [np.zeros(s) for s in SHAPES], comm=comm, **options)
+    fresh.load_state_dict(state)
+    for key, value in fresh.state_dict().items():
+        np.testing.assert_array_equal(value, state[key])
+    fresh.run() if fresh.role == "server" else fresh.stop(0)
+
+
+# bad input -------------------------------------------------------------------------------
+@pytest.mark.parametrize("name,options,match", [
+    ("easgd", {"alpha": 0.0}, "0 < alpha <= 1"),
+    ("easgd", {"alpha": 1.5}, "0 < alpha <= 1"),
+    ("asgd", {"alpha": -1.0}, "must be > 0"),
+    ("asgd", {"barrier_period": 1.5}, "integer"),
+    ("masgd", {"momentum": 1.0}, "0 <= momentum < 1"),
+    ("masgd", {"scope": "node"}, "worker, global"),
+    ("masgd", {"alpha": 0.0}, "must be > 0"),
+    ("easgd", {"poll_max_sleep": -1.0}, "poll_max_sleep"),
+    ("asgd", {"sync_period": 3}, "no option sync_period"),
+])
+def test_invalid_options_raise_on_every_rank(comm, name, options, match):
+    with pytest.raises(psgd.UsageError, match=match):
+        psgd.create(name, [np.zeros(3)], comm=comm, **options)
+    assert comm.allreduce(1) == comm.size      # nobody is left waiting
+
+
+def test_worker_misuse_is_a_usage_error_and_the_job_goes_on(comm):
+    obj = psgd.create("asgd", [np.zeros(3)], comm=comm)
+    if obj.role == "server":
+        with pytest.raises(psgd.UsageError, match="call run"):
+            obj.synchronize(1)
+        obj.run()
+        with pytest.raises(psgd.UsageError, match="already"):
+            obj.run()
+        return
+    with pytest.raises(psgd.UsageError, match="non-negative integer"):
+        obj.synchronize(-1)
+    obj.synchronize(2)
+    obj.stop(0)
+    obj.stop(0)                                  # a second stop does nothing
+    with pytest.raises(psgd.UsageError, match="after stop"):
+        obj.synchronize(1)
+
+
+@pytest.mark.parametrize("message,match", [
+    ([7, 0], "unknown control message 7 from rank {bad}"),
+    ([0, 1, 2], "malformed control message from rank {bad}"),
+])
+def test_a_bad_control_message_fails_every_rank_without_a_hang(comm, message, match):
+    """The server names the sender and value, tells every worker, and all raise."""
+    bad = comm.size - 1
+    match = match.format(bad=bad)
+    obj = psgd.create("easgd", [np.zeros(4)], comm=comm)
+    if obj.role == "server":
+        with pytest.raises(ProtocolError, match=match):
+            obj.run()
+    elif comm.rank == bad:
+        obj.comm.Send([np.array(message, dtype=np.int64), MPI.INT64_T], dest=0,
+                      tag=mpi.TAG_MSG)
+        with pytest.raises(ProtocolError, match=match):
+            obj.stop(0)
+    else:
+        with pytest.raises(ProtocolError, match=match):
+            for _ in range(20000):
+                obj.synchronize(1)
+                time.sleep(1e-4)
+    with pytest.raises(ProtocolError):          # and it stays failed
+        obj.run() if obj.role == "server" else obj.synchronize(1)
+    assert comm.allreduce(1) == comm.size
