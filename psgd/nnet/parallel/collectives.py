@@ -1,0 +1,118 @@
+"""Buffer-based MPI collectives on xp (NumPy or CuPy) arrays for the layers
+of the hybrid network, with explicit datatypes (never pickling) and the
+bytes of every call added to a Traffic counter.
+
+Device arrays go to MPI directly when the MPI library is CUDA-aware
+(psgd.mpi.cuda_aware) and are staged through host copies otherwise.
+"""
+import numpy as np
+from mpi4py import MPI
+
+from ... import mpi
+from . import traffic as tr
+
+_TYPES = {np.dtype(np.float32): MPI.FLOAT, np.dtype(np.float64): MPI.DOUBLE,
+          np.dtype(np.int64): MPI.INT64_T, np.dtype(np.int32): MPI.INT32_T}
+
+
+def mpi_type(dtype):
+    try:
+        return _TYPES[np.dtype(dtype)]
+    except KeyError:
+        raise TypeError("no MPI datatype for %s" % np.dtype(dtype)) from None
+
+
+class Collectives:
+    """The communicator of a hybrid network and its byte counter."""
+
+    def __init__(self, comm, traffic=None):
+        self.comm = comm
+        self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        self.traffic = traffic if traffic is not None else tr.Traffic()
+        self._cuda_aware = None
+
+    @property
+    def _direct(self):
+        if self._cuda_aware is None:
+            self._cuda_aware = mpi.cuda_aware()
+        return self._cuda_aware
+
+    # staging -------------------------------------------------------------------------
+    def _host(self, a):
+        """The array MPI reads: `a` itself on the host (or CUDA-aware MPI)."""
+        if isinstance(a, np.ndarray):
+            return np.ascontiguousarray(a)
+        a = a if a.flags.c_contiguous else a.copy()
+        if self._direct:
+            import cupy
+            cupy.cuda.get_current_stream().synchronize()
+            return a
+        return a.get()
+
+    def _empty(self, like, shape):
+        """An output buffer MPI can write: host unless MPI takes device memory."""
+        if isinstance(like, np.ndarray) or not self._direct:
+            return np.empty(shape, dtype=like.dtype)
+        import cupy
+        return cupy.empty(shape, dtype=like.dtype)
+
+    @staticmethod
+    def _back(xp, out):
+        return out if xp is np else xp.asarray(out)
+
+    # collectives -----------------------------------------------------------------------
+    def allgather(self, x, kind, xp=np):
+        """(N,) + x.shape: every rank's `x` in rank order."""
+        send = self._host(x)
+        recv = self._empty(send, (self.size,) + tuple(x.shape))
+        t = mpi_type(send.dtype)
+        self.comm.Allgather([send, t], [recv, t])
+        self.traffic.add(kind, tr.allgather_bytes(send.nbytes, self.size))
+        return self._back(xp, recv)
+
+    def reduce_scatter(self, x, kind, xp=np):
+        """x is (N, *piece): the sum over ranks of x[rank], a `piece`."""
+        send = self._host(x)
+        recv = self._empty(send, tuple(x.shape[1:]))
+        t = mpi_type(send.dtype)
+        self.comm.Reduce_scatter_block([send, t], [recv, t], op=MPI.SUM)
+        self.traffic.add(kind, tr.reduce_scatter_bytes(recv.nbytes, self.size))
+        return self._back(xp, recv)
+
+    def allreduce(self, x, kind, op=MPI.SUM, xp=np):
+        """A new array: `x` reduced over the ranks with `op`."""
+        send = self._host(x)
+        recv = self._empty(send, send.shape)
+        t = mpi_type(send.dtype)
+        self.comm.Allreduce([send, t], [recv, t], op=op)
+        self.traffic.add(kind, tr.allreduce_bytes(send.nbytes, self.size))
+        return self._back(xp, recv)
+
+    def allreduce_inplace(self, x, kind):
+        """Sum a contiguous 1-D array over the ranks in place (the gradient
+        range of the flat buffer: no copy on the host), in MPI-sized chunks."""
+        if x.size == 0:
+            return
+        buf = self._host(x)
+        t, step = mpi_type(buf.dtype), mpi.chunk_elements()
+        for lo in range(0, buf.size, step):
+            self.comm.Allreduce(MPI.IN_PLACE, [buf[lo:lo + step], t], op=MPI.SUM)
+        if buf is not x:
+            x.set(buf)
+        self.traffic.add(kind, tr.allreduce_bytes(x.nbytes, self.size))
+
+    def gather(self, x, root=0):
+        """(N,) + x.shape on `root` (host array), None elsewhere; not counted."""
+        send = np.ascontiguousarray(x if isinstance(x, np.ndarray) else x.get())
+        t = mpi_type(send.dtype)
+        recv = np.empty((self.size,) + send.shape, send.dtype) if self.rank == root else None
+        self.comm.Gather([send, t], [recv, t] if recv is not None else None, root=root)
+        return recv
+
+    def bcast(self, x, root=0):
+        """Broadcast a host array in place from `root`; not counted."""
+        t, step = mpi_type(x.dtype), mpi.chunk_elements()
+        flat = x.reshape(-1)
+        for lo in range(0, flat.size, step):
+            self.comm.Bcast([flat[lo:lo + step], t], root=root)
+        return x
