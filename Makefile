@@ -26,7 +26,7 @@ test-unit: install
 test-mpi: install
 	@for np in $(NP); do \
 	  echo "== MPI tests at np $$np"; \
-	  timeout -k 10 $(MPI_TIMEOUT) $(MPIRUN) -np $$np $(PY) -m pytest -q --with-mpi tests/mpi || exit 1; \
+	  OMP_NUM_THREADS=1 timeout -k 10 $(MPI_TIMEOUT) $(MPIRUN) -np $$np $(PY) -m pytest -q --with-mpi tests/mpi || exit 1; \
 	done
 
 demo: install

@@ -6,8 +6,12 @@
     sync.synchronize(n_k)
     sync.stop(n_k_last)
 """
-from .algorithms import ALGORITHMS, create
-from .errors import UsageError
+from ._threads import limit_blas_threads
+
+limit_blas_threads()  # before NumPy is imported below
+
+from .algorithms import ALGORITHMS, create  # noqa: E402
+from .errors import UsageError  # noqa: E402
 
 __all__ = ["ALGORITHMS", "create", "UsageError"]
 __version__ = "0.1.0"
