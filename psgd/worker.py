@@ -12,6 +12,7 @@ from . import mpi
 from .errors import UsageError
 from .train import Trainer, parse_args
 from .train.faults import NonFiniteError
+from .train.hybrid import HybridTrainer
 
 PROG = "psgd-train"
 
@@ -30,7 +31,7 @@ def main(argv=None):
         sys.stderr.write("%s: error: %s\n" % (PROG, exc))
         return 2
     try:
-        Trainer(args).run()
+        (HybridTrainer if args.model_parallel else Trainer)(args).run()
     except (UsageError, NonFiniteError) as exc:
         if getattr(exc, "collective", False):
             sys.stderr.write("%s: error: %s\n" % (PROG, exc))

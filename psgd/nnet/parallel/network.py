@@ -60,8 +60,7 @@ class HybridNetwork(Network):
         self.rank, self.size = coll.rank, coll.size
         self.sync_bn = bool(sync_bn)
         comps, first, last = _split(full.components)
-        requirements.check(self.size, [comps[i].output_dim for i in range(first, last)
-                                       if isinstance(comps[i], AffineTransform)])
+        requirements.check(self.size, hidden_widths(comps))
         self.num_classes = comps[last].output_dim
         self.sliced_logits = requirements.logits_sliced(self.num_classes, self.size)
         layers, origin = self._layers(comps, first, last)
@@ -250,6 +249,13 @@ class HybridNetwork(Network):
         inner = ",\n  ".join(repr(c) for c in self.components)
         return "HybridNetwork(rank %d of %d, %d local params,\n  %s)" % (
             self.rank, self.size, self.num_params, inner)
+
+
+def hidden_widths(components):
+    """Output units of every fully connected layer but the last: the widths
+    the ranks must divide (requirements.py)."""
+    _, first, last = _split(components)
+    return [c.output_dim for c in components[first:last] if isinstance(c, AffineTransform)]
 
 
 def _split(comps):
