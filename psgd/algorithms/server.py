@@ -142,9 +142,9 @@ class Server(Algorithm):
                 self._dispatch(*self._queue.popleft())
             except (ProtocolError, KeyboardInterrupt):
                 raise
-            except Exception as exc:
+            except Exception:
                 self._give_up(NOTICE_SERVER_ERROR, 0, 0, None)
-                raise exc
+                raise
             stats.busy_s += time.perf_counter() - start
         stats.wall_s = time.perf_counter() - wall
         stats.cpu_s = time.process_time() - cpu
@@ -180,14 +180,12 @@ class Server(Algorithm):
         """Called when `rank` finished; self.running no longer holds it."""
 
     def reply_held(self, ranks):
-        """Answer workers whose replies were held, all with the current center."""
+        """Answer the workers of the latest len(ranks) syncs, whose replies were
+        held, all with the current center."""
         for rank in ranks:
             self.exchange.send(rank)
-        held = set(ranks)
-        for i in range(len(self.log) - 1, -1, -1):
-            entry = self.log[i]
-            if entry.reply is None and entry.rank in held:
-                self.log[i] = entry._replace(reply=self.syncs)
+        for i in range(len(self.log) - len(ranks), len(self.log)):
+            self.log[i] = self.log[i]._replace(reply=self.syncs)
 
     # control messages ----------------------------------------------------------
     def _post(self, rank):
@@ -266,8 +264,9 @@ class Server(Algorithm):
 
 
 class ServerWorker(Algorithm):
-    """Ranks 1..P-1 of a server algorithm. Subclasses implement exchange():
-    the model traffic after the control message, using await_server()."""
+    """Ranks 1..P-1 of a server algorithm. Subclasses implement
+    exchange_with_server(): the model traffic after the control message,
+    waiting through await_server() so a failure notice can interrupt it."""
 
     server_based = True
     server = None   # the Server subclass rank 0 runs

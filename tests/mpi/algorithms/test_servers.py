@@ -329,15 +329,18 @@ def test_worker_misuse_is_a_usage_error_and_the_job_goes_on(comm):
         obj.synchronize(1)
 
 
+@pytest.mark.parametrize("name,options", [("easgd", {}), ("asgd", {"barrier_period": 1})])
 @pytest.mark.parametrize("message,match", [
     ([7, 0], "unknown control message 7 from rank {bad}"),
     ([0, 1, 2], "malformed control message from rank {bad}"),
 ])
-def test_a_bad_control_message_fails_every_rank_without_a_hang(comm, message, match):
-    """The server names the sender and value, tells every worker, and all raise."""
+def test_a_bad_control_message_fails_every_rank_without_a_hang(comm, name, options,
+                                                               message, match):
+    """The server names the sender and value, tells every worker (held ones
+    too), and all raise."""
     bad = comm.size - 1
     match = match.format(bad=bad)
-    obj = psgd.create("easgd", [np.zeros(4)], comm=comm)
+    obj = psgd.create(name, [np.zeros(4)], comm=comm, **options)
     if obj.role == "server":
         with pytest.raises(ProtocolError, match=match):
             obj.run()
@@ -353,4 +356,21 @@ def test_a_bad_control_message_fails_every_rank_without_a_hang(comm, message, ma
                 time.sleep(1e-4)
     with pytest.raises(ProtocolError):          # and it stays failed
         obj.run() if obj.role == "server" else obj.synchronize(1)
+    assert comm.allreduce(1) == comm.size
+
+
+def test_a_failing_server_update_stops_every_worker(comm):
+    obj = psgd.create("asgd", [np.zeros(4)], comm=comm)
+    if obj.role == "server":
+        def broken(rank, delta):
+            raise FloatingPointError("update blew up")
+        obj.update = broken
+        with pytest.raises(FloatingPointError, match="blew up"):
+            obj.run()
+        assert obj.failure == "asgd server: failed"
+    else:
+        with pytest.raises(ProtocolError, match="rank %d: the asgd server stopped: it failed"
+                           % comm.rank):
+            for _ in range(1000):
+                obj.synchronize(1)
     assert comm.allreduce(1) == comm.size
