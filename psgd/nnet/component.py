@@ -118,22 +118,27 @@ def as_strided(xp, array, shape, strides):
 
 
 def windows(xp, x, kernel, stride):
-    """(B, C, L) -> read-only view (B, C, L_out, kernel) of sliding windows."""
-    b, c, length = x.shape
+    """Channels-last (B, L, C) -> read-only view (B, L_out, kernel, C) of
+    sliding windows; each window is `kernel` consecutive rows of C values,
+    so a window copies as one contiguous block when x is C-contiguous."""
+    b, length, c = x.shape
     l_out = (length - kernel) // stride + 1
-    sb, sc, sl = x.strides
-    return as_strided(xp, x, (b, c, l_out, kernel), (sb, sc, sl * stride, sl))
+    sb, sl, sc = x.strides
+    return as_strided(xp, x, (b, l_out, kernel, c), (sb, sl * stride, sl, sc))
 
 
 def fold_windows(xp, dwin, length, stride, dtype):
-    """Adjoint of `windows`: sum (B, C, L_out, K) window gradients into (B, C, L).
+    """Adjoint of `windows`: sum (B, L_out, K, C) window gradients into (B, L, C).
 
     Overlapping windows make this a scatter-add; looping over the K kernel
-    taps (not over data) keeps every step a vectorised strided add, which
-    works the same on CuPy (no np.add.at)."""
-    b, c, l_out, kernel = dwin.shape
-    dx = xp.zeros((b, c, length), dtype=dtype)
+    taps (not over data) keeps every step one vectorised strided add of
+    (B, L_out, C) blocks, which works the same on CuPy (no np.add.at).
+    Disjoint windows that tile the input need no adds at all."""
+    b, l_out, kernel, c = dwin.shape
+    if stride == kernel and l_out * kernel == length:
+        return dwin.reshape(b, length, c)
+    dx = xp.zeros((b, length, c), dtype=dtype)
     span = stride * (l_out - 1) + 1
     for k in range(kernel):
-        dx[:, :, k:k + span:stride] += dwin[:, :, :, k]
+        dx[:, k:k + span:stride] += dwin[:, :, k]
     return dx

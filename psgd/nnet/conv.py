@@ -1,12 +1,13 @@
 """Conv1d and MaxPool1d on (B, C, L) inputs.
 
-Conv1d is im2col + one GEMM: a strided (B, C, L_out, K) window view of the
-padded input (no copy) is laid out as (B*L_out, C*K) rows -- the single copy
--- and multiplied by W reshaped to (O, C*K). The result is returned as a
-(B, O, L_out) transposed view of the (B*L_out, O) product, so the backward
-pass gets the (B*L_out, O) gradient back without a copy when the next layer
-kept that layout. Backward folds window gradients back with one strided add
-per kernel tap (component.fold_windows), which also serves MaxPool1d.
+The API is (B, C, L); the memory is channels-last. Conv1d is im2col + one
+GEMM: a strided (B, L_out, K, C) window view of the (B, L, C) padded input
+(no copy) becomes (B*L_out, K*C) rows -- the single copy, made of
+contiguous K*C blocks -- multiplied by W laid out as (O, K*C). The output is
+the (B, O, L_out) transposed view of the (B*L_out, O) product, so the next
+conv or pool reads it channels-last without a copy, and gradients come back
+the same way. Backward folds window gradients with one strided add per
+kernel tap (component.fold_windows), shared with MaxPool1d.
 """
 import math
 
@@ -17,13 +18,22 @@ def _out_len(length, kernel, stride, padding):
     return (length + 2 * padding - kernel) // stride + 1
 
 
-def _padded(xp, x, padding, fill):
+def _channels_last(xp, x, padding, fill):
+    """(B, C, L) -> padded (B, L + 2 padding, C); a view when no padding."""
+    xt = x.transpose(0, 2, 1)
     if not padding:
-        return x
-    b, c, length = x.shape
-    out = xp.full((b, c, length + 2 * padding), fill, dtype=x.dtype)
-    out[:, :, padding:padding + length] = x
+        return xt
+    b, length, c = xt.shape
+    out = xp.full((b, length + 2 * padding, c), fill, dtype=x.dtype)
+    out[:, padding:padding + length] = xt
     return out
+
+
+def _unpad(dxt, padding, length):
+    """Channels-last padded gradient -> (B, C, L) view."""
+    if padding:
+        dxt = dxt[:, padding:padding + length]
+    return dxt.transpose(0, 2, 1)
 
 
 def _check_geometry(name, kernel, stride, padding):
@@ -61,30 +71,31 @@ class Conv1d(Component):
                              % (self.kernel, length, self.padding))
         return (self.out_channels, l_out)
 
+    def _wk(self):
+        """W (O, C, K) laid out as (O, K*C) to match the im2col rows."""
+        return self.W.transpose(0, 2, 1).reshape(self.out_channels, -1)
+
     def propagate(self, x, train=True):
         xp = self.xp
         b, c, length = x.shape
         self._length = length
-        win = windows(xp, _padded(xp, x, self.padding, 0), self.kernel, self.stride)
-        l_out = win.shape[2]
-        ck = c * self.kernel
-        self._cols = win.transpose(0, 2, 1, 3).reshape(b * l_out, ck)
-        y = self._cols @ self.W.reshape(self.out_channels, ck).T
+        win = windows(xp, _channels_last(xp, x, self.padding, 0), self.kernel, self.stride)
+        l_out = win.shape[1]
+        self._cols = win.reshape(b * l_out, self.kernel * c)
+        y = self._cols @ self._wk().T
         y += self.b
         return y.reshape(b, l_out, self.out_channels).transpose(0, 2, 1)
 
     def backpropagate(self, dy):
         xp = self.xp
         b, o, l_out = dy.shape
-        ck = self.in_channels * self.kernel
+        c, k = self.in_channels, self.kernel
         dy2 = dy.transpose(0, 2, 1).reshape(b * l_out, o)
-        xp.matmul(dy2.T, self._cols, out=self.dW.reshape(o, ck))
+        self.dW[...] = (dy2.T @ self._cols).reshape(o, k, c).transpose(0, 2, 1)
         xp.sum(dy2, axis=0, out=self.db)
-        dcols = dy2 @ self.W.reshape(o, ck)
-        dwin = dcols.reshape(b, l_out, self.in_channels, self.kernel).transpose(0, 2, 1, 3)
-        dx = fold_windows(xp, dwin, self._length + 2 * self.padding, self.stride, dy.dtype)
-        p = self.padding
-        return dx[:, :, p:p + self._length] if p else dx
+        dwin = (dy2 @ self._wk()).reshape(b, l_out, k, c)
+        dxt = fold_windows(xp, dwin, self._length + 2 * self.padding, self.stride, dy.dtype)
+        return _unpad(dxt, self.padding, self._length)
 
     def __repr__(self):
         return "Conv1d(%d, %d, kernel=%d, stride=%d, padding=%d)" % (
@@ -115,17 +126,27 @@ class MaxPool1d(Component):
     def propagate(self, x, train=True):
         xp = self.xp
         self._length = x.shape[2]
-        win = windows(xp, _padded(xp, x, self.padding, -math.inf), self.kernel, self.stride)
-        self._arg = win.argmax(axis=3)
-        return xp.take_along_axis(win, self._arg[..., None], axis=3)[..., 0]
+        win = windows(xp, _channels_last(xp, x, self.padding, -math.inf),
+                      self.kernel, self.stride)
+        # a running max over the K taps: K passes over contiguous (B, L_out, C)
+        # blocks beat argmax along the strided tap axis; strict > keeps the
+        # first maximum, as argmax would
+        best = win[:, :, 0].copy()
+        arg = xp.zeros(best.shape, dtype=xp.int8 if self.kernel < 128 else xp.int32)
+        for k in range(1, self.kernel):
+            tap = win[:, :, k]
+            better = tap > best
+            xp.copyto(best, tap, where=better)
+            xp.copyto(arg, k, where=better)
+        self._arg = arg                                  # (B, L_out, C)
+        return best.transpose(0, 2, 1)
 
     def backpropagate(self, dy):
         xp = self.xp
-        onehot = xp.arange(self.kernel) == self._arg[..., None]
-        dwin = onehot * dy[..., None]
-        dx = fold_windows(xp, dwin, self._length + 2 * self.padding, self.stride, dy.dtype)
-        p = self.padding
-        return dx[:, :, p:p + self._length] if p else dx
+        onehot = xp.arange(self.kernel)[:, None] == self._arg[:, :, None, :]
+        dwin = onehot * dy.transpose(0, 2, 1)[:, :, None, :]
+        dxt = fold_windows(xp, dwin, self._length + 2 * self.padding, self.stride, dy.dtype)
+        return _unpad(dxt, self.padding, self._length)
 
     def __repr__(self):
         return "MaxPool1d(kernel=%d, stride=%d)" % (self.kernel, self.stride)

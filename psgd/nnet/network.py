@@ -11,7 +11,7 @@ What the trainer uses (the whole interface):
                                         running mean/var; size 0 if none) to average
     loss = net.loss_and_grad(x, y, loss="ce")   forward (train), loss, backward;
                                         grads overwritten; loss is a 0-d array
-    net.predict(x, batch_size=None)     eval-mode outputs (probabilities with Softmax)
+    net.predict(x, batch_size=1024)     eval-mode outputs (probabilities with Softmax)
     net.evaluate(x, y, batch_size=256, loss="ce") -> (mean loss, accuracy) floats
     net.state_dict() / load_state_dict(d)   {name: numpy array}, params and stats
     net.rebind(param_views, grad_views=None)  train on views of another flat buffer
@@ -137,7 +137,7 @@ class Network:
         self.backpropagate(dout, upto=end)
         return value
 
-    def predict(self, x, batch_size=None):
+    def predict(self, x, batch_size=1024):
         """Eval-mode outputs for all of `x`, in batches of `batch_size`."""
         n = len(x)
         step = batch_size or max(n, 1)
