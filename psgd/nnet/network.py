@@ -89,7 +89,8 @@ class Network:
         another flat buffer with this network's layout, e.g. an algorithm's.
         The network adopts those buffers; the values are not copied."""
         param_buffer = self._adopt(param_views, "parameter")
-        grad_buffer = self.grad_buffer if grad_views is None else self._adopt(grad_views, "gradient")
+        grad_buffer = (self.grad_buffer if grad_views is None
+                       else self._adopt(grad_views, "gradient"))
         self.param_buffer, self.grad_buffer = param_buffer, grad_buffer
         self._bind(param_buffer.views, grad_buffer.views)
 

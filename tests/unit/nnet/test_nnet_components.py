@@ -92,7 +92,8 @@ def _lstm_reference(comp, x, h, c):
     out = []
     for t in range(x.shape[1]):
         z = x[:, t] @ comp.W.T + h @ comp.U.T + comp.b
-        i, f, o, g = sig(z[:, :H]), sig(z[:, H:2 * H]), sig(z[:, 2 * H:3 * H]), np.tanh(z[:, 3 * H:])
+        i, f, o = sig(z[:, :H]), sig(z[:, H:2 * H]), sig(z[:, 2 * H:3 * H])
+        g = np.tanh(z[:, 3 * H:])
         c = f * c + i * g
         h = o * np.tanh(c)
         out.append(h)
