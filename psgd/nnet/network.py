@@ -16,6 +16,8 @@ What the trainer uses (the whole interface):
     net.state_dict() / load_state_dict(d)   {name: numpy array}, params and stats
     net.rebind(param_views, grad_views=None)  train on views of another flat buffer
     net.reset_state()                   clear LSTM state carried between chunks
+    net.reseed(seed)                    restart Dropout mask streams (seed + rank
+                                        gives each worker its own masks)
 
 Cross-entropy works on logits: under loss "ce" a final Softmax component is
 skipped in training and evaluation (the joint softmax-cross-entropy is the
@@ -169,6 +171,14 @@ class Network:
         for comp in self.components:
             if hasattr(comp, "reset_state"):
                 comp.reset_state()
+
+    def reseed(self, seed):
+        """Restart the random streams of components that draw during training
+        (Dropout masks) from `seed`, without touching any parameter."""
+        rng = np.random.default_rng(seed)
+        for comp in self.components:
+            if hasattr(comp, "reseed"):
+                comp.reseed(int(rng.integers(2 ** 63)))
 
     # --- checkpoints ----------------------------------------------------------
     def state_dict(self):

@@ -4,8 +4,8 @@ import pytest
 
 from psgd.buffers import FlatBuffer
 from psgd.errors import UsageError
-from psgd.nnet import (AffineTransform, BatchNorm, Conv1d, Flatten, Network, ReLU, Softmax,
-                       Tanh)
+from psgd.nnet import (AffineTransform, BatchNorm, Conv1d, Dropout, Flatten, Network, ReLU,
+                       Softmax, Tanh)
 
 
 def small_net(seed=0, dtype=np.float32):
@@ -151,6 +151,21 @@ def test_predict_in_batches_and_evaluate():
     stats = net.stat_buffer.data.copy()
     net.evaluate(x, y)
     np.testing.assert_array_equal(net.stat_buffer.data, stats)
+
+
+def test_reseed_changes_dropout_masks_only():
+    def net():
+        return Network([AffineTransform(6, 6), Dropout(0.5)], seed=0)
+    a, b = net(), net()
+    x = np.ones((4, 6), np.float32)
+    np.testing.assert_array_equal(a.propagate(x), b.propagate(x))   # same seed, same masks
+    params = b.param_buffer.data.copy()
+    b.reseed(1)
+    np.testing.assert_array_equal(b.param_buffer.data, params)
+    assert not np.array_equal(a.propagate(x), b.propagate(x))
+    a.reseed(1)
+    b.reseed(1)
+    np.testing.assert_array_equal(a.propagate(x), b.propagate(x))
 
 
 def test_mse_loss_trains_an_output_layer():
