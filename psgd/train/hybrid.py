@@ -96,11 +96,12 @@ class HybridTrainer(Trainer):
 
     def _announce(self):
         d, a, net = self.data, self.args, self.net
-        kaldi_log("hybrid data/model parallel on %d ranks (--algo ignored), %s: layers before "
-                  "the first fully connected one data-parallel on %d of %d samples per rank, "
-                  "fully connected layers sliced by output units (output layer %s); %d params, "
-                  "%d on this rank; %s data %d train / %d held-out examples, backend %s" % (
-                      self.size, a.model, self.per_rank, a.minibatch_size,
+        kaldi_log("hybrid data/model parallel on %d ranks (--algo ignored), %s: each rank "
+                  "takes %d of the %d samples of a step; %d params before the first fully "
+                  "connected layer data-parallel, fully connected layers sliced by output "
+                  "units (output layer %s); %d params, %d on this rank; %s data %d train / "
+                  "%d held-out examples, backend %s" % (
+                      self.size, a.model, self.per_rank, a.minibatch_size, net.dp_size,
                       "sliced" if net.sliced_logits else "replicated: %d classes do not split "
                       "over %d ranks" % (net.num_classes, self.size),
                       net.num_params_full, net.num_params, d.name, d.total_train, d.total_eval,
@@ -110,6 +111,7 @@ class HybridTrainer(Trainer):
     def train_epoch(self, epoch, progress):
         net, opt, b = self.net, self.optimizer, self.per_rank
         w, g = net.param_buffer.data, net.grad_buffer.data
+        net.reseed_dropout(epoch)
         batches = Minibatches(self.x_train, self.y_train, b,
                               seed=self.args.seed * 100003 + self.rank, epoch=epoch)
         steps = math.ceil(self.shortest / b)

@@ -74,9 +74,8 @@ class HybridNetwork(Network):
         self.num_params_full = full.num_params
         self.input_shape = getattr(full, "input_shape", None)
         self.traffic = coll.traffic
-        for k, comp in enumerate(self.components):
-            if isinstance(comp, Dropout):  # independent masks on every slice
-                comp.reseed(int(np.random.SeedSequence([seed, self.rank, k]).generate_state(1)[0]))
+        self.seed = seed
+        self.reseed_dropout(0)
         self._loss = (SlicedCrossEntropy(self.xp, coll, self.num_classes) if self.sliced_logits
                       else CrossEntropy(self.xp))
         self.load_state_dict(self.local_state(full.state_dict()))
@@ -121,6 +120,14 @@ class HybridNetwork(Network):
                 stat_names.append("%d.%s.%s" % (i, comp.kind, sname))
         self.param_names, self.stat_names = names, stat_names
         self._rows = dict(zip(names, rows))
+
+    def reseed_dropout(self, epoch):
+        """Independent mask streams per slice (rank) and layer, restarted per
+        epoch so that a resumed run draws the masks an uninterrupted one would."""
+        for k, comp in enumerate(self.components):
+            if isinstance(comp, Dropout):
+                seq = np.random.SeedSequence([self.seed, self.rank, k, epoch])
+                comp.reseed(int(seq.generate_state(1, np.uint64)[0] >> 1))
 
     # training ----------------------------------------------------------------------------
     def _labels(self, y):

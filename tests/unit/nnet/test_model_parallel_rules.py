@@ -6,7 +6,8 @@ import pytest
 from mpi4py import MPI
 
 from psgd.errors import UsageError
-from psgd.nnet import build_model, create_optimizer
+from psgd.nnet import (AffineTransform, BatchNorm, Flatten, Network, build_model,
+                       create_optimizer)
 from psgd.nnet.parallel import HybridNetwork, requirements, traffic
 from psgd.nnet.parallel.network import hidden_widths
 
@@ -20,7 +21,7 @@ def message(size, hidden, minibatch=None):
 def test_neon_example_6_200_20_allows_at_most_2_ranks():
     text = message(4, [6, 200, 20], 32)
     assert "on 4 ranks" in text
-    assert "(6, 20) to be multiples of 4" in text  # only the widths that fail
+    assert "(6) to be multiples of 4" in text  # only the widths that fail
     assert "at most 2 ranks (GCD(minibatch 32; hidden 6,200,20) = 2)" in text
     requirements.check(2, [6, 200, 20], 32)
 
@@ -96,5 +97,8 @@ def test_one_rank_hybrid_is_the_plain_network():
 
 
 def test_only_fully_connected_and_elementwise_layers_may_be_sliced():
-    with pytest.raises(UsageError, match="LSTM.*cannot follow the first fully connected"):
-        HybridNetwork(build_model("lstm", (40,), 10, hidden="8", lstm_cells="4"), MPI.COMM_SELF)
+    net = Network([AffineTransform(4, 6), BatchNorm(6), AffineTransform(6, 2)])
+    with pytest.raises(UsageError, match="BatchNorm.*cannot follow the first fully connected"):
+        HybridNetwork(net, MPI.COMM_SELF)
+    with pytest.raises(UsageError, match="needs a fully connected"):
+        HybridNetwork(Network([Flatten()]), MPI.COMM_SELF)
