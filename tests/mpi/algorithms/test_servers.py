@@ -143,6 +143,19 @@ def test_masgd_matches_replay(comm, scope, momentum, alpha):
         assert len(obj.velocities) == (comm.size - 1 if scope == "worker" else 1)
 
 
+@pytest.mark.parametrize("name,replay", [
+    ("easgd", lambda x, log, f: reference.easgd(x, log, f, 0.5)),
+    ("masgd", lambda x, log, f: reference.asgd(x, log, f, 1 - 0.9, 0.9, "worker"))])
+def test_chunked_messages_match_the_replay(comm, name, replay):
+    """Buffers above the MPI count limit go in chunks (here 4 elements)."""
+    old = mpi.set_chunk_elements(4)
+    try:
+        options = {"alpha": 0.5} if name == "easgd" else {}
+        check_replay(comm, name, replay, **options)
+    finally:
+        mpi.set_chunk_elements(old)
+
+
 def test_replay_detects_a_wrong_alpha(comm):
     """The checks can fail: replaying with another alpha does not match."""
     _, _, log, _ = drive(comm, "easgd", alpha=0.5)
