@@ -21,6 +21,8 @@ comma-separated strings ("256,256") so CLI flags pass straight through;
         "" (none), context 0, stateful False, dropout 0, output "frames" |
         "last" (default by input_shape as above).
 """
+import inspect
+
 import numpy as np
 
 from ..errors import UsageError
@@ -156,13 +158,13 @@ def build_model(name, input_shape, num_classes, xp=np, dtype=np.float32, seed=0,
         raise UsageError("unknown model %r; valid: %s" % (name, ", ".join(MODELS)))
     if isinstance(input_shape, (int, np.integer)):
         input_shape = (input_shape,)
+    valid = [n for n in inspect.signature(builder).parameters][2:]
+    unknown = sorted(set(size_opts) - set(valid))
+    if unknown:
+        raise UsageError("model %r does not take %s; its options: %s"
+                         % (name, ", ".join(unknown), ", ".join(valid)))
     stack = _Stack(input_shape)
-    try:
-        builder(stack, _int("num_classes", num_classes, 2, minimum=2), **size_opts)
-    except TypeError as err:
-        if "unexpected keyword" not in str(err):
-            raise
-        raise UsageError("model %r: %s" % (name, str(err).split("() ", 1)[-1]))
+    builder(stack, _int("num_classes", num_classes, 2, minimum=2), **size_opts)
     net = Network(stack.components, xp=xp, dtype=dtype, seed=seed)
     net.input_shape = tuple(input_shape)
     net.output_shape = stack.shape

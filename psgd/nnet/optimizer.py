@@ -6,7 +6,8 @@ an update is a handful of vectorised passes, never a loop over tensors.
 `g` is scratch: gradient clipping and weight decay are applied to it in
 place (the next backward pass overwrites it anyway).
 
-State arrays (momentum, moment estimates) are allocated on the first step,
+Options are attributes (`opt.lr = 0.5 * opt.lr` is a learning-rate
+schedule). State arrays (momentum, moment estimates) are allocated on the first step,
 on w's device and dtype. `reset()` clears them (bmuf's reset_local_state);
 `state_dict()` holds host copies and scalars for checkpoints.
 
@@ -141,7 +142,8 @@ class Optimizer:
 
     def state_dict(self):
         state = {"name": self.name, "t": self.t}
-        state.update({k: v for k, v in self.options.items()})
+        # attributes, not self.options: a schedule may have assigned opt.lr
+        state.update({k: float(getattr(self, k)) for k in self.options})
         for slot in self.slots:
             value = getattr(self, slot)
             if value is None and self._loaded is not None:

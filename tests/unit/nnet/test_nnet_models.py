@@ -69,7 +69,7 @@ def test_lstm_sequence_classifier_on_1d_input():
 def test_builder_errors():
     with pytest.raises(UsageError, match="valid: cnn, mlp, lstm"):
         build_model("resnet", (40,), 10)
-    with pytest.raises(UsageError, match="lstm_cells"):
+    with pytest.raises(UsageError, match="does not take lstm_cells; its options: channels"):
         build_model("cnn", (40,), 10, lstm_cells=5)
     with pytest.raises(UsageError, match="hidden"):
         build_model("mlp", (40,), 10, hidden="wide")
