@@ -188,6 +188,12 @@ class HybridNetwork(Network):
             return float("nan"), float("nan")
         return total / counted, correct / counted
 
+    def predict(self, x, batch_size=None):
+        # propagate() gives this rank's logit slice of the gathered rows; for
+        # posteriors of given inputs use one process and the gathered model
+        raise UsageError("a hybrid network does not predict: gather it with "
+                         "full_state_dict() and load that into build_model's network")
+
     def average_stats(self):
         """Collective: BatchNorm running statistics averaged over the ranks
         (each rank's differ unless --sync-bn); Kaldi's ReduceAccStat."""
