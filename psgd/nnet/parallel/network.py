@@ -38,7 +38,6 @@ from ...buffers import FlatBuffer
 from ...errors import UsageError
 from ..affine import AffineTransform
 from ..batchnorm import BatchNorm
-from ..dropout import Dropout
 from ..loss import CrossEntropy, count_correct
 from ..network import Network
 from . import requirements
@@ -122,12 +121,9 @@ class HybridNetwork(Network):
         self._rows = dict(zip(names, rows))
 
     def reseed_dropout(self, epoch):
-        """Independent mask streams per slice (rank) and layer, restarted per
-        epoch so that a resumed run draws the masks an uninterrupted one would."""
-        for k, comp in enumerate(self.components):
-            if isinstance(comp, Dropout):
-                seq = np.random.SeedSequence([self.seed, self.rank, k, epoch])
-                comp.reseed(int(seq.generate_state(1, np.uint64)[0] >> 1))
+        """Independent mask streams per slice (rank), restarted per epoch so
+        that a resumed run draws the masks an uninterrupted one would."""
+        self.reseed([self.seed, self.rank, epoch])
 
     # training ----------------------------------------------------------------------------
     def _labels(self, y):
