@@ -110,6 +110,10 @@ class Algorithm:
     def initialized(self):
         """Called once rank 0's model has reached every rank."""
 
+    def begin_round(self):
+        """Start another round after stop() (server algorithms need it; the
+        collective algorithms simply go on)."""
+
     def state_dict(self):
         """Algorithm state for a checkpoint: name -> host array."""
         return {}

@@ -110,6 +110,14 @@ class Server(Algorithm):
         self._statuses = [MPI.Status() for _ in self.workers_ranks]
         self._queue = collections.deque()           # (rank, message, n_k, arrived)
         self._last = 0
+        self._new_round = False
+
+    def begin_round(self):
+        """Serve another round (an epoch) with the next run(); the workers
+        call begin_round() too. The log and the sync count go on."""
+        if self.running:
+            raise UsageError("%s server: begin_round() before run() has returned" % self.name)
+        self._new_round = True
 
     def synchronize(self, n_k):
         raise UsageError("rank 0 is the %s server: call run(), not synchronize()" % self.name)
@@ -124,8 +132,11 @@ class Server(Algorithm):
     def run(self):
         if self.failure is not None:
             raise ProtocolError(self.failure)
-        if self.stats is not None:
-            raise UsageError("%s server: run() was already called" % self.name)
+        if self.stats is not None and not self._new_round:
+            raise UsageError("%s server: run() was already called (begin_round() first "
+                             "to serve another round)" % self.name)
+        self._new_round = False
+        self.running = set(self.workers_ranks)
         stats = self.stats = ServerStats(per_worker={r: [0, 0] for r in self.workers_ranks})
         wall, cpu = time.perf_counter(), time.process_time()
         for rank in self.workers_ranks:
@@ -307,6 +318,18 @@ class ServerWorker(Algorithm):
         if self._notice[0] != NOTICE_DONE:
             self._fail(acknowledge=False)
 
+    def begin_round(self):
+        """After stop(): take part in another round (an epoch) that the
+        server serves with its next run()."""
+        if self.failure is not None:
+            raise ProtocolError(self.failure)
+        if not self.stopped:
+            raise UsageError("%s worker %d: begin_round() before stop()" % (
+                self.name, self.node.rank))
+        self._notice_request = self.comm.Irecv([self._notice, MPI.INT64_T],
+                                               source=mpi.MAIN_RANK, tag=TAG_NOTICE)
+        self.stopped = False
+
     def exchange_with_server(self):
         raise NotImplementedError
 
@@ -339,7 +362,8 @@ class ServerWorker(Algorithm):
         if self.failure is not None:
             raise ProtocolError(self.failure)
         if self.stopped:
-            raise UsageError("%s worker %d: synchronize after stop" % (self.name, self.node.rank))
+            raise UsageError("%s worker %d: synchronize after stop (begin_round() starts another "
+                             "round)" % (self.name, self.node.rank))
         if self._notice_request.Test():
             self._fail()
 

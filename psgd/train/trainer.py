@@ -142,6 +142,8 @@ class Trainer:
         row = {}
         for epoch in range(self.start_epoch, self.args.epochs):
             self.epoch = epoch
+            if epoch > self.start_epoch:
+                self.sync.begin_round()  # server algorithms: one run() per epoch
             self.optimizer.lr = self.schedule.lr
             if self.is_server:
                 self.sync.run()
