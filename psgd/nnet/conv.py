@@ -114,6 +114,10 @@ class MaxPool1d(Component):
         self.stride = int(stride) if stride else self.kernel
         self.padding = int(padding)
         _check_geometry("MaxPool1d", self.kernel, self.stride, self.padding)
+        if self.padding > self.kernel // 2:
+            # a window of padding only would output -inf
+            raise ValueError("MaxPool1d padding must be <= kernel // 2, got %d for kernel %d"
+                             % (self.padding, self.kernel))
 
     def output_shape(self, input_shape):
         c, length = input_shape

@@ -37,6 +37,13 @@ def test_maxpool1d_values():
                                   [[[0, 1, 0, 2, 3, 0, 0]]])
 
 
+def test_pooling_geometry_is_checked():
+    with pytest.raises(ValueError, match="padding must be <= kernel // 2"):
+        MaxPool1d(2, padding=2)
+    with pytest.raises(ValueError, match="stride >= 1"):
+        Conv1d(1, 1, 3, stride=0)
+
+
 def test_splice_replicates_edges():
     x = np.arange(4.0).reshape(1, 4, 1)          # frames 0,1,2,3 of one feature
     y = Splice(1, context=2).propagate(x)
