@@ -5,8 +5,13 @@ from .trainer import Trainer
 
 
 def train(comm=None, **options):
-    """Train from Python: `psgd.train.train(algo="bmuf", epochs=5)`; collective."""
-    return Trainer(make_config(**options), comm).run()
+    """Train from Python: `psgd.train.train(algo="bmuf", epochs=5)`; collective.
+    Returns the last epoch's metrics row."""
+    args = make_config(**options)
+    if args.model_parallel:
+        from .hybrid import HybridTrainer
+        return HybridTrainer(args, comm).run()
+    return Trainer(args, comm).run()
 
 
 __all__ = ["Trainer", "build_parser", "make_config", "parse_args", "train"]
