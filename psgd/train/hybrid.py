@@ -108,6 +108,9 @@ class HybridTrainer(Trainer):
                       self.backend.name), "setup")
 
     # training ----------------------------------------------------------------------------
+    def begin_epoch(self, epoch):
+        """No synchronization algorithm to open a round of."""
+
     def train_epoch(self, epoch, progress):
         net, opt, b = self.net, self.optimizer, self.per_rank
         w, g = net.param_buffer.data, net.grad_buffer.data

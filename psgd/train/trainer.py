@@ -157,8 +157,7 @@ class Trainer:
         row = {}
         for epoch in range(self.start_epoch, self.args.epochs):
             self.epoch = epoch
-            if epoch > self.start_epoch:
-                self.sync.begin_round()  # server algorithms: one run() per epoch
+            self.begin_epoch(epoch)
             self.optimizer.lr = self.schedule.lr
             if self.is_server:
                 self.sync.run()
@@ -175,6 +174,10 @@ class Trainer:
         self.watchdog.close()
         self.finish()
         return row
+
+    def begin_epoch(self, epoch):
+        if epoch > self.start_epoch:
+            self.sync.begin_round()  # server algorithms serve one run() per epoch
 
     def train_epoch(self, epoch, progress):
         net, opt, sync = self.net, self.optimizer, self.sync
