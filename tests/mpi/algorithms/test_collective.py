@@ -221,3 +221,26 @@ def test_layout_mismatch_raises_on_every_rank(comm):
         psgd.create("bsp", [np.zeros(shape)], comm=comm)
     # the communicator is still usable: nobody is left waiting
     assert comm.allreduce(1, op=MPI.SUM) == comm.size
+
+
+def test_unknown_algorithm_raises_on_every_rank_listing_the_valid_ones(comm):
+    with pytest.raises(psgd.UsageError, match="unknown algorithm 'bspp'; valid: bsp, bmuf"):
+        psgd.create("bspp", [np.zeros(3)], comm=comm)
+    assert comm.allreduce(1, op=MPI.SUM) == comm.size
+
+
+def test_invalid_option_on_one_rank_raises_on_every_rank(comm):
+    eta = 1.5 if comm.rank == comm.size - 1 else 0.5
+    with pytest.raises(psgd.UsageError, match="rank %d: option block_momentum=1.5"
+                       % (comm.size - 1)):
+        psgd.create("bmuf", [np.zeros(3)], comm=comm, block_momentum=eta)
+    assert comm.allreduce(1, op=MPI.SUM) == comm.size
+
+
+def test_stats_are_averaged_with_the_model_weights(comm):
+    stats = [np.full(2, float(comm.rank))]
+    sync = psgd.create("bsp", [np.zeros(3)], comm=comm, stats=stats)
+    sync.stop(comm.rank + 1)
+    n = sum(k + 1 for k in range(comm.size))
+    expected = sum(k * (k + 1) for k in range(comm.size)) / n
+    np.testing.assert_allclose(sync.stat_buffer.data, expected)
