@@ -11,7 +11,9 @@ comma-separated strings ("256,256") so CLI flags pass straight through;
         (after each FC hidden layer), batchnorm False. Pooling and dropout are
         what lift MNIST-1D test accuracy from ~88% to ~94%: without them the
         FC layer memorises the 4000 training samples within 10 epochs.
-- mlp:  flattened input -> hidden "256,256" (ReLU [+ Dropout]) -> Softmax.
+- mlp:  flattened input -> hidden "256,256" (ReLU + Dropout 0.2) -> Softmax. Without
+        dropout it overfits MNIST-1D (train loss 0.04, held-out 59% at 5 workers;
+        with 0.2: 65-67%).
 - lstm: frames (T, F) -> [Splice context] -> LSTM layers lstm_cells "128"
         -> [hidden FC + ReLU] -> time-distributed AffineTransform -> Softmax:
         per-frame posteriors (B, T, K), Kaldi acoustic-model style. A 1-D
@@ -120,7 +122,8 @@ def _cnn(stack, num_classes, channels=None, kernel=None, stride=None, pool=None,
 def _mlp(stack, num_classes, hidden=None, dropout=None):
     if len(stack.shape) > 1:
         stack.add(Flatten())
-    stack.classifier(_ints("hidden", hidden, [256, 256]), num_classes, _rate(dropout))
+    stack.classifier(_ints("hidden", hidden, [256, 256]), num_classes,
+                     _rate(0.2 if dropout is None else dropout))
 
 
 def _lstm(stack, num_classes, lstm_cells=None, hidden=None, context=None, stateful=None,

@@ -57,6 +57,9 @@ def build_parser(prog="psgd-train"):
     g.add_argument("--channels", default=None, help="cnn conv channels, e.g. 32,32,32")
     g.add_argument("--lstm-cells", type=int, default=None, help="LSTM cells")
     g.add_argument("--dropout", type=float, default=None, help="dropout rate")
+    g.add_argument("--batchnorm", action="store_const", const=True, default=None,
+                   help="cnn: BatchNorm after each conv (running statistics averaged "
+                        "across workers)")
     g.add_argument("--bptt", type=int, default=20, help="LSTM truncated-BPTT chunk (frames)")
     g.add_argument("--optimizer", default="adam",
                    help="sgd | momentum | nesterov | adagrad | adadelta | rmsprop | adam")

@@ -82,7 +82,7 @@ class Trainer:
     def _build(self):
         args, data = self.args, self.data
         xp = self.backend.xp
-        sizes = {k: getattr(args, k) for k in ("hidden", "channels", "lstm_cells", "dropout")
+        sizes = {k: getattr(args, k) for k in ("hidden", "channels", "lstm_cells", "dropout", "batchnorm")
                  if getattr(args, k) is not None}
         if args.init:
             arrays, header = model_io.load(args.init)
