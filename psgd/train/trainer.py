@@ -185,6 +185,9 @@ class Trainer:
         batches = Minibatches(self.x_train, self.y_train, self.args.minibatch_size,
                               seed=self.args.seed * 100003 + self.worker_index, epoch=epoch)
         net.reset_state()
+        # Dropout masks from (seed, worker, epoch) alone: a resumed run draws
+        # exactly what the uninterrupted one drew, and workers differ.
+        net.reseed([self.args.seed, self.worker_index, epoch])
         gradients_averaged = getattr(self.algorithm, "needs_grads", False)
         since, loss_sum, frames_seen = 0, 0.0, 0
         for xb, yb in batches:
