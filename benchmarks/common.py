@@ -1,0 +1,295 @@
+"""What the benchmark scripts share: where things go, how MPI parts are
+launched (the mpirun beside sys.executable, psgd importable from the repo),
+machine facts, timing and memory probes, and Markdown/plot helpers.
+
+Every benchmark is a driver (runs here, launches mpirun, writes JSON and
+plots, returns a Markdown section) plus, for the MPI parts, a child mode of
+the same file (`--child`) that does the measuring inside the job.
+"""
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+RESULTS = os.path.join(HERE, "results")
+
+# One BLAS thread per rank: with 2 cores and several ranks, threaded BLAS
+# would only fight the other ranks, and one worker should mean one core.
+# OMP_NUM_THREADS is left alone because numexpr reads it: numexpr keeps its
+# own default (what a user gets); accel.py measures it both ways.
+THREAD_ENV = {"OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+# launching -------------------------------------------------------------------
+def mpirun_path():
+    """The mpirun of this interpreter's environment (the venv's MPICH/Open MPI
+    wheel), else the one on PATH."""
+    beside = os.path.join(os.path.dirname(sys.executable), "mpirun")
+    if os.path.exists(beside):
+        return beside
+    found = shutil.which("mpirun") or shutil.which("mpiexec")
+    if not found:
+        raise RuntimeError("no mpirun beside %s nor on PATH" % sys.executable)
+    return found
+
+
+def child_env(extra=None):
+    env = dict(os.environ)
+    env.update(THREAD_ENV)
+    env.setdefault("PSGD_BACKEND", "numpy")
+    path = [ROOT, HERE] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(path)
+    env["PYTHONUNBUFFERED"] = "1"
+    if extra:
+        env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def mpi_run(np_, argv, timeout=900, env=None, module=False):
+    """Run `python argv...` (or `python -m argv...`) on np_ ranks; returns
+    stdout. A failure raises with the tail of the job's output; past
+    `timeout` seconds the job's whole process group is killed (mpirun alone
+    would leave its ranks behind)."""
+    import signal
+    cmd = [mpirun_path(), "-np", str(np_), sys.executable, "-u"]
+    cmd += (["-m"] if module else []) + [str(a) for a in argv]
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env(env), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        raise RuntimeError("%s timed out after %ds:\n%s\n%s" % (
+            " ".join(cmd[2:]), timeout, stdout[-2000:], stderr[-2000:]))
+    if proc.returncode != 0:
+        raise RuntimeError("%s failed (exit %d) after %.0fs:\n%s\n%s" % (
+            " ".join(cmd[2:]), proc.returncode, time.perf_counter() - started,
+            stdout[-3000:], stderr[-3000:]))
+    return stdout
+
+
+def error_line(exc):
+    """The most telling line of a failed run's output: the last one that
+    names an error, else the last one."""
+    lines = [l.strip() for l in str(exc).strip().splitlines() if l.strip()]
+    for line in reversed(lines):
+        if "Error" in line or "error:" in line or "timed out" in line:
+            return line[:300]
+    return lines[-1][:300] if lines else type(exc).__name__
+
+
+def run_child(script, np_, out, args=(), timeout=900, env=None):
+    """Launch `script --child --out OUT args` on np_ ranks; returns OUT's JSON."""
+    if os.path.exists(out):
+        os.unlink(out)
+    mpi_run(np_, [os.path.join(HERE, script), "--child", "--out", out] + list(args),
+            timeout=timeout, env=env)
+    with open(out) as f:
+        return json.load(f)
+
+
+# results -----------------------------------------------------------------------
+def results_dir():
+    os.makedirs(RESULTS, exist_ok=True)
+    return RESULTS
+
+
+def result_path(name):
+    return os.path.join(results_dir(), name)
+
+
+def save_json(name, data):
+    path = result_path(name)
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+    return path
+
+
+def rel(path):
+    """A path relative to the repo root (how BENCHMARKS.md links it)."""
+    return os.path.relpath(path, ROOT)
+
+
+# machine -----------------------------------------------------------------------
+def _cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _memory_gib():
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) / 2 ** 20
+    except OSError:
+        pass
+    return float("nan")
+
+
+def load_average():
+    try:
+        return os.getloadavg()
+    except OSError:
+        return (float("nan"),) * 3
+
+
+def machine_info():
+    import numpy
+    from mpi4py import MPI
+    import mpi4py
+    try:
+        import numexpr
+        numexpr_version = "%s (%d threads)" % (numexpr.__version__, numexpr.nthreads)
+    except ImportError:
+        numexpr_version = "not installed"
+    mpi_lib = MPI.Get_library_version().strip().splitlines()
+    return {
+        "cpu": _cpu_model(), "cores": os.cpu_count(), "memory_gib": round(_memory_gib(), 1),
+        "os": "%s %s" % (platform.system(), platform.release()),
+        "python": platform.python_version(), "numpy": numpy.__version__,
+        "mpi4py": mpi4py.__version__, "mpi_library": " ".join(mpi_lib[0].split()) if mpi_lib else "?",
+        "mpi_standard": "%d.%d" % MPI.Get_version(), "numexpr": numexpr_version,
+        "mpirun": mpirun_path(),
+    }
+
+
+# timing ------------------------------------------------------------------------
+def median(values):
+    return statistics.median(values) if values else float("nan")
+
+
+def timed_collective(comm, fn):
+    """Seconds `fn()` took, ranks aligned by a barrier before; the slowest
+    rank's time (a collective ends when its last rank does)."""
+    from mpi4py import MPI
+    comm.Barrier()
+    start = time.perf_counter()
+    fn()
+    took = time.perf_counter() - start
+    return comm.allreduce(took, op=MPI.MAX)
+
+
+def repeats_for(nbytes, quick=False):
+    """Enough repeats for a stable median without letting the 400 MB cases
+    dominate the run."""
+    if nbytes >= 2e8:
+        n = 5
+    elif nbytes >= 2e7:
+        n = 9
+    elif nbytes >= 2e6:
+        n = 21
+    else:
+        n = 41
+    return max(3, n // 3) if quick else n
+
+
+# memory ------------------------------------------------------------------------
+def _status_kib(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def rss_bytes():
+    return _status_kib("VmRSS") * 1024
+
+
+def peak_rss_bytes():
+    return _status_kib("VmHWM") * 1024
+
+
+def reset_peak_rss():
+    """Set the peak (VmHWM) back to the current RSS (Linux >= 4.0); returns
+    whether it worked."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+# formatting --------------------------------------------------------------------
+def table(headers, rows):
+    """A Markdown table; cells are str()-ed."""
+    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    for row in rows:
+        out.append("| " + " | ".join(str(c) for c in row) + " |")
+    return "\n".join(out)
+
+
+def fmt_time(seconds):
+    if seconds != seconds:
+        return "n/a"
+    if seconds < 1e-3:
+        return "%.0f us" % (seconds * 1e6)
+    if seconds < 1:
+        return "%.2f ms" % (seconds * 1e3)
+    return "%.2f s" % seconds
+
+
+def fmt_size(n):
+    exp = len(str(int(n))) - 1
+    return "1e%d" % exp if n == 10 ** exp else "%g" % n
+
+
+def fmt_bytes(n):
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return "%.3g %s" % (n / scale, unit)
+    return "%d B" % n
+
+
+def pyplot():
+    """matplotlib's pyplot on a file-only backend, or None without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        return plt
+    except ImportError:
+        return None
+
+
+def child_args(argv=None):
+    """The common flags of a child run: --child --out PATH, then the rest."""
+    import argparse
+    p = argparse.ArgumentParser()
+    p.add_argument("--child", action="store_true")
+    p.add_argument("--out")
+    p.add_argument("--quick", action="store_true")
+    return p
+
+
+def child_main(fn, argv):
+    """Run a child's measuring function so that an exception on any rank
+    ends the whole job (MPI_Abort) instead of leaving the others waiting."""
+    from psgd import mpi
+    mpi.abort_on_error()
+    fn(argv)
+
+
+class Section:
+    """What a benchmark hands run_all: its Markdown and the headline lines."""
+
+    def __init__(self, title, markdown, headlines=(), data=None):
+        self.title, self.markdown = title, markdown
+        self.headlines = list(headlines)
+        self.data = data

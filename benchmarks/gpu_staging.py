@@ -1,0 +1,139 @@
+"""GPU staging: psgd's staged exchange (device -> pinned mirror -> MPI ->
+pinned mirror -> device, psgd.mpi.Exchange without CUDA-aware MPI) against
+its parts measured alone in the same job: a plain host Allreduce of the same
+bytes, and the two copies (device -> pinned host, pinned host -> device) at
+PCIe speed. The staged path should cost their sum and no more; the ratio
+staged / (Allreduce + D2H + H2D) is the figure. A bsp `synchronize` on the
+device buffer (staging plus the scale kernel and the counts Allreduce) is
+timed too.
+
+Needs CuPy and a CUDA device on every rank; without them the section is
+skipped with a note (this is the only benchmark that needs a GPU).
+"""
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+
+def gpu_available():
+    """(True, device name) or (False, why not)."""
+    try:
+        import cupy
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # no CuPy, no driver: both mean no GPU here
+        return False, "CuPy or a CUDA driver is not available (%s)" % type(exc).__name__
+    if count < 1:
+        return False, "CuPy found no CUDA device"
+    props = cupy.cuda.runtime.getDeviceProperties(0)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    return True, "%d x %s" % (count, name)
+
+
+def child(argv):
+    from mpi4py import MPI
+    import psgd
+    from psgd import mpi
+    from psgd.backend import get_backend
+    from psgd.buffers import FlatBuffer
+    p = common.child_args()
+    p.add_argument("--sizes", required=True)
+    args = p.parse_args(argv)
+    comm = MPI.COMM_WORLD
+    backend = get_backend("cupy", mpi.Node(comm).local_rank)
+    cupy = backend.xp
+    stream = cupy.cuda.get_current_stream()
+    rows = []
+
+    def on_device(fn):
+        def timed():
+            fn()
+            stream.synchronize()
+        return timed
+
+    for size in (int(float(s)) for s in args.sizes.split(",")):
+        dev = FlatBuffer(cupy.full(size, 1.0, dtype=cupy.float32), [(size,)])
+        staged = mpi.Exchange(comm, dev, direct=False)
+        host = np.zeros(size, dtype=np.float32)
+        mirror = dev.host
+        ops = {
+            "staged": staged.allreduce,
+            "host_allreduce": lambda: comm.Allreduce(MPI.IN_PLACE, host, op=MPI.SUM),
+            "d2h": on_device(lambda: dev.data.get(out=mirror)),
+            "h2d": on_device(lambda: dev.data.set(mirror)),
+        }
+        sync = psgd.create("bsp", [cupy.full(size, 1.0, dtype=cupy.float32)], comm=comm)
+        ops["bsp_sync"] = on_device(lambda: sync.synchronize(32))
+        for fn in ops.values():           # first use: pinned allocation, MPI set-up
+            fn()
+        times = {k: [] for k in ops}
+        reps = common.repeats_for(4 * size, args.quick)
+        names = list(ops)
+        for r in range(reps):
+            for k in (names if r % 2 == 0 else names[::-1]):
+                times[k].append(common.timed_collective(comm, ops[k]))
+        med = {k: common.median(v) for k, v in times.items()}
+        parts = med["host_allreduce"] + med["d2h"] + med["h2d"]
+        rows.append({"size": size, "median": med, "parts": parts,
+                     "ratio": med["staged"] / parts, "bsp_ratio": med["bsp_sync"] / parts,
+                     "d2h_gbps": 4 * size / med["d2h"] / 1e9,
+                     "h2d_gbps": 4 * size / med["h2d"] / 1e9})
+        sync.close()
+        del dev, staged, host, mirror, sync, ops
+        cupy.get_default_memory_pool().free_all_blocks()
+    if comm.rank == 0:
+        import json
+        with open(args.out, "w") as f:
+            json.dump({"np": comm.size, "cuda_aware": mpi.cuda_aware(), "rows": rows}, f)
+
+
+def run(quick=False, np_=2):
+    ok, what = gpu_available()
+    if not ok:
+        return common.Section(
+            "GPU staging", "Skipped: %s on the machine that ran this benchmark. Run "
+            "`benchmarks/gpu_staging.py` on a machine with CuPy and a CUDA device (one "
+            "per rank, by local rank) to fill this section." % what,
+            ["GPU staging: skipped (%s)" % what], None)
+    sizes = [10 ** 6, 10 ** 7] if quick else [10 ** 6, 10 ** 7, 10 ** 8]
+    out = common.result_path("gpu_staging.json")
+    data = common.run_child("gpu_staging.py", np_, out,
+                            ["--sizes", ",".join(map(str, sizes))] +
+                            (["--quick"] if quick else []),
+                            env={"PSGD_BACKEND": "cupy", "PSGD_CUDA_AWARE": "0"}, timeout=1800)
+    data["device"] = what
+    common.save_json("gpu_staging_summary.json", data)
+    return report(data)
+
+
+def report(data):
+    rows = []
+    for r in data["rows"]:
+        m = r["median"]
+        rows.append([common.fmt_size(r["size"]), common.fmt_bytes(4 * r["size"]),
+                     common.fmt_time(m["host_allreduce"]),
+                     "%s (%.1f GB/s)" % (common.fmt_time(m["d2h"]), r["d2h_gbps"]),
+                     "%s (%.1f GB/s)" % (common.fmt_time(m["h2d"]), r["h2d_gbps"]),
+                     common.fmt_time(m["staged"]), "%.3fx" % r["ratio"],
+                     common.fmt_time(m["bsp_sync"]), "%.3fx" % r["bsp_ratio"]])
+    md = ["%s, np %d, staged path forced (PSGD_CUDA_AWARE=0). Ratios divide by the sum of "
+          "the parts measured alone (host Allreduce + D2H + H2D)." % (
+              data.get("device", "GPU"), data["np"]), "",
+          common.table(["parameters", "bytes", "host Allreduce", "D2H (pinned)",
+                        "H2D (pinned)", "staged Allreduce", "staged / parts",
+                        "bsp sync", "bsp / parts"], rows)]
+    worst = max(r["ratio"] for r in data["rows"])
+    return common.Section("GPU staging", "\n".join(md),
+                          ["GPU staged Allreduce / (host Allreduce + 2 copies): worst %.3fx"
+                           % worst], data)
+
+
+if __name__ == "__main__":
+    if "--child" in sys.argv:
+        common.child_main(child, sys.argv[1:])
+    else:
+        print(run(quick="--quick" in sys.argv).markdown)

@@ -1,0 +1,237 @@
+"""Server round trip: easgd and asgd against the bare MPI exchange.
+
+On np 2 (rank 0 the server, rank 1 the one worker) the worker times each
+`synchronize` and the same job times the bare exchange of the same bytes:
+easgd against one Sendrecv (worker and server swap buffers), asgd against a
+Send then a Recv. Blocks of bare and psgd exchanges alternate (a server sits
+in run() for a whole block, so they cannot alternate call by call).
+
+Two modes: `tight` (syncs back to back, so a sync also waits for the
+server's update of the previous one) and `gap` (the worker sleeps between
+syncs, as if computing, so the server's update is off the critical path but
+its idle poll has to notice the next message). In `gap` mode the server's
+own statistics (ServerStats from run()) give its CPU time per served sync
+and the CPU share of its idle waits; the bare server waits in a blocking
+MPI call, whose CPU share is measured the same way.
+"""
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+ALGOS = ("easgd", "asgd")
+TARGET = 1.10
+
+
+def _bare(comm, algo, buf, scratch, reps, gap):
+    """Per-rep worker times of the bare exchange; the server's CPU share."""
+    from mpi4py import MPI
+    rank, times = comm.rank, []
+    comm.Barrier()
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(reps):
+        if rank == 0:
+            if algo == "easgd":
+                comm.Sendrecv(buf, dest=1, sendtag=1, recvbuf=scratch, source=1, recvtag=1)
+            else:
+                comm.Recv(scratch, source=1, tag=1)
+                comm.Send(buf, dest=1, tag=1)
+        elif rank == 1:
+            if gap:
+                time.sleep(gap)
+            start = time.perf_counter()
+            if algo == "easgd":
+                comm.Sendrecv(buf, dest=0, sendtag=1, recvbuf=scratch, source=0, recvtag=1)
+            else:
+                comm.Send(buf, dest=0, tag=1)
+                comm.Recv(scratch, source=0, tag=1)
+            times.append(time.perf_counter() - start)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    comm.Barrier()
+    return times, {"wall_s": wall, "cpu_s": cpu}
+
+
+def _psgd(comm, algo, size, reps, gap):
+    import psgd
+    params = [np.full(size, 1.0 + comm.rank, dtype=np.float32)]
+    obj = psgd.create(algo, params, comm=comm)
+    times, stats = [], None
+    if obj.role == "server":
+        stats = obj.run().as_dict()
+        stats.pop("per_worker", None)
+    else:
+        for _ in range(reps):
+            if gap:
+                time.sleep(gap)
+            start = time.perf_counter()
+            obj.synchronize(32)
+            times.append(time.perf_counter() - start)
+        obj.stop(0)
+    obj.close()
+    return times, stats
+
+
+def child(argv):
+    from mpi4py import MPI
+    p = common.child_args()
+    p.add_argument("--sizes", required=True)
+    p.add_argument("--blocks", type=int, default=3)
+    args = p.parse_args(argv)
+    comm = MPI.COMM_WORLD
+    rows = []
+    for size in (int(float(s)) for s in args.sizes.split(",")):
+        buf = np.full(size, 1.0, dtype=np.float32)
+        scratch = np.empty_like(buf)
+        nbytes = buf.nbytes
+        reps = max(3, common.repeats_for(nbytes, args.quick) // args.blocks)
+        _bare(comm, "easgd", buf, scratch, 2, 0)          # first-use set-up
+        for algo in ALGOS:
+            for mode in ("tight", "gap"):
+                bare_t, psgd_t, server, bare_server = [], [], [], []
+                gap = 0.0
+                if mode == "gap":
+                    # Longer than the exchange and the server's update together.
+                    gap = max(0.005, 4 * _probe(comm, buf, scratch))
+                for block in range(args.blocks):
+                    order = ("bare", "psgd") if block % 2 == 0 else ("psgd", "bare")
+                    for which in order:
+                        if which == "bare":
+                            t, s = _bare(comm, algo, buf, scratch, reps, gap)
+                            bare_t += t
+                            bare_server.append(s)
+                        else:
+                            t, s = _psgd(comm, algo, size, reps, gap)
+                            psgd_t += t
+                            server.append(s)
+                rows.append(_row(comm, size, algo, mode, gap, bare_t, psgd_t, server,
+                                 bare_server))
+    if comm.rank == 0:
+        import json
+        with open(args.out, "w") as f:
+            json.dump({"np": comm.size, "rows": [r for r in rows if r]}, f)
+
+
+def _probe(comm, buf, scratch):
+    """One bare Sendrecv's time, agreed by both ranks (the max)."""
+    from mpi4py import MPI
+    times, _ = _bare(comm, "easgd", buf, scratch, 3, 0)
+    return comm.allreduce(common.median(times) if times else 0.0, op=MPI.MAX)
+
+
+def _row(comm, size, algo, mode, gap, bare_t, psgd_t, server, bare_server):
+    """Rank 1's times and rank 0's statistics, assembled on rank 0."""
+    times = comm.gather((bare_t, psgd_t), root=0)
+    if comm.rank != 0:
+        return None
+    bare_t, psgd_t = times[1]
+    total = {k: sum(s[k] for s in server) for k in ("syncs", "busy_s", "idle_s", "wall_s",
+                                                      "cpu_s", "sleeps")}
+    bare_wall = sum(s["wall_s"] for s in bare_server)
+    bare_cpu = sum(s["cpu_s"] for s in bare_server)
+    idle_cpu = max(0.0, total["cpu_s"] - total["busy_s"])
+    return {"size": size, "algo": algo, "mode": mode, "gap_s": gap,
+            "bare": bare_t, "psgd": psgd_t,
+            "bare_median": common.median(bare_t), "psgd_median": common.median(psgd_t),
+            "ratio": common.median(psgd_t) / common.median(bare_t),
+            "server": total,
+            "server_cpu_per_sync": total["cpu_s"] / max(total["syncs"], 1),
+            "server_busy_per_sync": total["busy_s"] / max(total["syncs"], 1),
+            "server_idle_cpu_share": idle_cpu / total["idle_s"] if total["idle_s"] else None,
+            "bare_server_cpu_share": bare_cpu / bare_wall if bare_wall else None}
+
+
+# driver ---------------------------------------------------------------------------
+def run(quick=False):
+    sizes = [10 ** 5, 10 ** 6, 10 ** 7] if quick else [10 ** 5, 10 ** 6, 10 ** 7, 10 ** 8]
+    out = common.result_path("server_roundtrip_np2.json")
+    common.results_dir()
+    data = common.run_child("server_roundtrip.py", 2, out,
+                            ["--sizes", ",".join(map(str, sizes))] +
+                            (["--quick", "--blocks", "2"] if quick else []), timeout=1800)
+    common.save_json("server_roundtrip.json", data)
+    return report(data, sizes)
+
+
+def report(data, sizes):
+    by = {(r["size"], r["algo"], r["mode"]): r for r in data["rows"]}
+    rows, worst = [], {}
+    for algo in ALGOS:
+        for size in sizes:
+            t, g = by.get((size, algo, "tight")), by.get((size, algo, "gap"))
+            if not t or not g:
+                continue
+            cells = [algo, common.fmt_size(size), common.fmt_bytes(4 * size),
+                     common.fmt_time(t["bare_median"]), _ratio(t["ratio"], size),
+                     common.fmt_time(g["bare_median"]), _ratio(g["ratio"], size),
+                     common.fmt_time(g["gap_s"]),
+                     common.fmt_time(g["server_cpu_per_sync"]),
+                     common.fmt_time(g["server_busy_per_sync"]),
+                     _pct(g["server_idle_cpu_share"]), _pct(g["bare_server_cpu_share"])]
+            rows.append(cells)
+            if size >= 10 ** 6:
+                worst[algo] = max(worst.get(algo, 0), g["ratio"])
+    headers = ["algo", "parameters", "bytes", "bare (tight)", "psgd/bare (tight)",
+               "bare (gap)", "psgd/bare (gap)", "worker gap", "server CPU / sync",
+               "server busy / sync", "server idle CPU share", "bare server CPU share"]
+    md = ["np 2: rank 0 serves, rank 1 syncs. `bare` is the worker's time for the same "
+          "bytes with plain mpi4py (easgd: one Sendrecv; asgd: Send then Recv); the ratio "
+          "is median psgd `synchronize` / median bare exchange. `tight`: syncs back to "
+          "back; `gap`: the worker sleeps (the gap column) between syncs, as if computing. "
+          "Server columns come from the gap runs: process CPU time per served sync, wall "
+          "time serving per sync, and the CPU share of the server's idle time (CPU time "
+          "outside serving / idle wall time); the last column is the same share for the "
+          "bare server, which waits in a blocking MPI call. (!) marks a ratio above the "
+          "%.2fx target at 1e6 parameters and up." % TARGET, "",
+          common.table(headers, rows), ""]
+    _plot(by, sizes)
+    md.append("![server round trip](%s)" % common.rel(common.result_path("server_roundtrip.png")))
+    heads = ["server round trip (gap mode), worst ratio at >= 1e6 parameters: " + ", ".join(
+        "%s %.3fx" % (a, worst[a]) for a in ALGOS if a in worst)]
+    shares = [by[k]["server_idle_cpu_share"] for k in by if k[2] == "gap"
+              and by[k]["server_idle_cpu_share"] is not None]
+    if shares:
+        heads.append("server idle CPU share while the worker computes: %s (bare blocking "
+                     "server: %s)" % (_pct(max(shares)), _pct(max(
+                         by[k]["bare_server_cpu_share"] for k in by if k[2] == "gap"))))
+    return common.Section("Server round trip", "\n".join(md), heads, data)
+
+
+def _ratio(r, size):
+    return "%.3fx%s" % (r, " (!)" if size >= 10 ** 6 and r > TARGET else "")
+
+
+def _pct(x):
+    return "n/a" if x is None else "%.1f%%" % (100 * x)
+
+
+def _plot(by, sizes):
+    plt = common.pyplot()
+    if plt is None:
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for algo in ALGOS:
+        for mode, style in (("tight", "-"), ("gap", "--")):
+            xs = [s for s in sizes if (s, algo, mode) in by]
+            ax.plot(xs, [by[(s, algo, mode)]["ratio"] for s in xs], style, marker="o",
+                    label="%s (%s)" % (algo, mode))
+    ax.axhline(TARGET, color="grey", linestyle=":", label="target %.2fx" % TARGET)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("float32 parameters")
+    ax.set_ylabel("psgd sync / bare exchange")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(common.result_path("server_roundtrip.png"), dpi=90)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    if "--child" in sys.argv:
+        common.child_main(child, sys.argv[1:])
+    else:
+        print(run(quick="--quick" in sys.argv).markdown)

@@ -1,0 +1,221 @@
+"""Sync overhead against raw MPI.
+
+For each parameter count and each collective algorithm, one `synchronize`
+is timed against a bare mpi4py `Allreduce(IN_PLACE)` of the same bytes in the
+same job, the two interleaved (alternating which goes first) so machine noise
+hits both alike; each figure is median(sync) / median(Allreduce). A
+measurement is the slowest rank's time after a barrier.
+
+"kaldi" is the reference's way (BspWorker::Synchronize): a counts Allreduce,
+then per tensor scale, copy to a host staging array, Allreduce, copy back,
+on a 20-tensor model of the same size; psgd's flat buffer does the same sum
+in one call with no copies.
+"""
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+ALGOS = ("bsp", "bmuf", "sod", "syncgrad")
+TENSORS = 20
+TARGET = 1.05
+
+
+def _shapes(size):
+    """20 tensors summing to `size` (uneven, like a network's layers)."""
+    weights = np.arange(1, TENSORS + 1, dtype=np.float64)
+    sizes = np.floor(weights / weights.sum() * size).astype(np.int64)
+    sizes[-1] += size - sizes.sum()
+    return [(int(s),) for s in sizes]
+
+
+def _model(size, rank):
+    from psgd.buffers import FlatBuffer
+    buf = FlatBuffer.allocate(_shapes(size), np.float32)
+    buf.data.fill(1.0 + 0.01 * rank)
+    return buf
+
+
+class Kaldi:
+    """BspWorker::Synchronize on the host: per-tensor scale, stage, Allreduce, copy back."""
+
+    def __init__(self, comm, size):
+        self.comm = comm
+        self.params = [np.full(s, 1.0 + 0.01 * comm.rank, dtype=np.float32) for s in _shapes(size)]
+        self.staging = [np.empty_like(p) for p in self.params]
+        self.count = np.zeros(1, dtype=np.int64)
+
+    def synchronize(self, n_k):
+        from mpi4py import MPI
+        self.count[0] = n_k
+        self.comm.Allreduce(MPI.IN_PLACE, self.count, op=MPI.SUM)
+        factor = np.float32(n_k / self.count[0])
+        for p, s in zip(self.params, self.staging):
+            p *= factor
+            s[...] = p
+            self.comm.Allreduce(MPI.IN_PLACE, s, op=MPI.SUM)
+            p[...] = s
+        return True
+
+    def close(self):
+        pass
+
+
+def _make(method, comm, size):
+    import psgd
+    if method == "kaldi":
+        return Kaldi(comm, size)
+    params = _model(size, comm.rank).views
+    if method == "syncgrad":
+        grads = _model(size, comm.rank).views
+        return psgd.create("syncgrad", params, comm=comm, grads=grads)
+    return psgd.create(method, params, comm=comm)
+
+
+def child(argv):
+    from mpi4py import MPI
+    p = common.child_args()
+    p.add_argument("--sizes", required=True)
+    p.add_argument("--methods", default=",".join(ALGOS + ("kaldi",)))
+    args = p.parse_args(argv)
+    comm = MPI.COMM_WORLD
+    rows = []
+    for size in (int(float(s)) for s in args.sizes.split(",")):
+        raw = np.empty(size, dtype=np.float32)
+        raw.fill(0.0)          # zeros stay zeros under a sum: no overflow over the repeats
+
+        def bare():
+            comm.Allreduce(MPI.IN_PLACE, raw, op=MPI.SUM)
+
+        reps = common.repeats_for(raw.nbytes, args.quick)
+        for method in args.methods.split(","):
+            obj = _make(method, comm, size)
+            n_k = 32 + comm.rank   # uneven counts: the weighted path, as in training
+
+            def sync():
+                obj.synchronize(n_k)
+
+            for _ in range(2):      # first touches, MPI's first-use set-up
+                bare()
+                sync()
+            t_raw, t_sync = [], []
+            for r in range(reps):
+                pair = ((t_raw, bare), (t_sync, sync))
+                for times, fn in (pair if r % 2 == 0 else pair[::-1]):
+                    times.append(common.timed_collective(comm, fn))
+            rows.append({"size": size, "method": method, "raw": t_raw, "sync": t_sync,
+                         "raw_median": common.median(t_raw),
+                         "sync_median": common.median(t_sync),
+                         "ratio": common.median(t_sync) / common.median(t_raw)})
+            obj.close()
+            del obj, sync
+        del raw, bare
+    if comm.rank == 0:
+        import json
+        with open(args.out, "w") as f:
+            json.dump({"np": comm.size, "accel": os.environ.get("PSGD_ACCEL", "auto"),
+                       "rows": rows}, f)
+
+
+# driver ---------------------------------------------------------------------------
+def run(quick=False, nps=(2, 4)):
+    sizes = [10 ** 5, 10 ** 6, 10 ** 7] if quick else [10 ** 5, 10 ** 6, 10 ** 7, 10 ** 8]
+    runs = []
+    for np_ in nps:
+        for accel in (("auto",) if quick else ("auto", "numpy")):
+            methods = ",".join(ALGOS + ("kaldi",)) if accel == "auto" else "bmuf,sod"
+            out = common.result_path("sync_overhead_np%d_%s.json" % (np_, accel))
+            common.results_dir()
+            data = common.run_child("sync_overhead.py", np_, out,
+                                    ["--sizes", ",".join(map(str, sizes)), "--methods", methods]
+                                    + (["--quick"] if quick else []),
+                                    env={"PSGD_ACCEL": accel}, timeout=1800)
+            runs.append(data)
+    common.save_json("sync_overhead.json", runs)
+    return report(runs, sizes)
+
+
+def report(runs, sizes):
+    auto = [r for r in runs if r["accel"] == "auto"]
+    numpy_runs = {r["np"]: r for r in runs if r["accel"] == "numpy"}
+    methods = list(ALGOS) + ["kaldi"]
+    headers = ["np", "parameters", "bytes", "Allreduce"] + methods
+    rows, worst = [], {}
+    for run in auto:
+        by = {(r["size"], r["method"]): r for r in run["rows"]}
+        for size in sizes:
+            raw = [by[(size, m)]["raw_median"] for m in methods if (size, m) in by]
+            cells = [run["np"], common.fmt_size(size), common.fmt_bytes(4 * size),
+                     common.fmt_time(common.median(raw))]
+            for m in methods:
+                r = by.get((size, m))
+                if r is None:
+                    cells.append("-")
+                    continue
+                mark = "" if m == "kaldi" or size < 10 ** 6 or r["ratio"] <= TARGET else " (!)"
+                cells.append("%.3fx%s" % (r["ratio"], mark))
+                if m != "kaldi" and size >= 10 ** 6:
+                    worst[m] = max(worst.get(m, 0), r["ratio"])
+            rows.append(cells)
+    md = ["Median time of one `synchronize` divided by the median time of a bare "
+          "`Allreduce(IN_PLACE)` of the same bytes, measured interleaved in the same job "
+          "(slowest rank after a barrier). The Allreduce column is that baseline's median. "
+          "`kaldi` is the reference's per-tensor way (scale, stage, Allreduce, copy back "
+          "for each of %d tensors) on the same bytes. (!) marks a ratio above the %.2fx "
+          "target at 1e6 parameters and up." % (TENSORS, TARGET), "",
+          common.table(headers, rows), ""]
+    if numpy_runs:
+        md.append("The same for bmuf and sod with `PSGD_ACCEL=numpy` (plain NumPy "
+                  "instead of numexpr for the elementwise updates):")
+        md.append("")
+        nrows = []
+        for np_, run in sorted(numpy_runs.items()):
+            by = {(r["size"], r["method"]): r for r in run["rows"]}
+            auto_by = {(r["size"], r["method"]): r for a in auto if a["np"] == np_
+                       for r in a["rows"]}
+            for size in sizes:
+                cells = [np_, common.fmt_size(size)]
+                for m in ("bmuf", "sod"):
+                    a, n = auto_by.get((size, m)), by.get((size, m))
+                    cells += ["%.3fx" % a["ratio"] if a else "-", "%.3fx" % n["ratio"] if n else "-"]
+                nrows.append(cells)
+        md.append(common.table(["np", "parameters", "bmuf (auto)", "bmuf (numpy)",
+                                "sod (auto)", "sod (numpy)"], nrows))
+        md.append("")
+    _plot(auto, sizes)
+    md.append("![sync overhead](%s)" % common.rel(common.result_path("sync_overhead.png")))
+    heads = ["sync overhead, worst ratio at >= 1e6 parameters: " + ", ".join(
+        "%s %.3fx" % (m, worst[m]) for m in ALGOS if m in worst)]
+    return common.Section("Synchronization overhead against raw MPI", "\n".join(md), heads, runs)
+
+
+def _plot(auto, sizes):
+    plt = common.pyplot()
+    if plt is None:
+        return
+    fig, axes = plt.subplots(1, len(auto), figsize=(5.5 * len(auto), 4), squeeze=False)
+    for ax, run in zip(axes[0], auto):
+        by = {(r["size"], r["method"]): r for r in run["rows"]}
+        for m in list(ALGOS) + ["kaldi"]:
+            xs = [s for s in sizes if (s, m) in by]
+            ax.plot(xs, [by[(s, m)]["ratio"] for s in xs], marker="o", label=m)
+        ax.axhline(TARGET, color="grey", linestyle="--", linewidth=1, label="target %.2fx" % TARGET)
+        ax.set_xscale("log")
+        ax.set_xlabel("float32 parameters")
+        ax.set_ylabel("sync time / bare Allreduce time")
+        ax.set_title("np %d" % run["np"])
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(common.result_path("sync_overhead.png"), dpi=90)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    if "--child" in sys.argv:
+        common.child_main(child, sys.argv[1:])
+    else:
+        print(run(quick="--quick" in sys.argv).markdown)
