@@ -34,8 +34,8 @@ from ..nnet.parallel.network import hidden_widths
 from . import checkpoint as ckpt
 from . import model_io
 from .data_setup import combine, read_local
-from .faults import NonFiniteError, Watchdog
-from .metrics import MetricsLog, kaldi_log
+from .faults import NonFiniteError
+from .metrics import kaldi_log
 from .trainer import Trainer, _from_host, _host_state
 
 MODELS = ("cnn", "mlp")
@@ -85,14 +85,7 @@ class HybridTrainer(Trainer):
             exc.collective = True
             raise exc
         self.per_rank = args.minibatch_size // self.size
-        self.watchdog = Watchdog(self.comm, args.stall_timeout, args.stall_abort)
-        self.checkpointer = ckpt.Checkpointer(args.checkpoint_dir, self.comm) \
-            if args.checkpoint_dir else None
-        if args.resume:
-            self._resume()
-        self.metrics = MetricsLog(args.metrics if self.main else None, resume=args.resume)
-        if self.say:
-            self._announce()
+        self._setup_run()
 
     def _announce(self):
         d, a, net = self.data, self.args, self.net

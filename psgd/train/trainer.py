@@ -70,6 +70,11 @@ class Trainer:
                            **algorithm_options(args))
         net.rebind(self.sync.params, self.sync.grads)
         self.guard = FiniteGuard(self, args.skip_nonfinite)
+        self._setup_run()
+
+    def _setup_run(self):
+        """Watchdog, checkpoints (and resume), metrics, the opening log line."""
+        args = self.args
         self.watchdog = Watchdog(self.comm, args.stall_timeout, args.stall_abort)
         self.checkpointer = ckpt.Checkpointer(args.checkpoint_dir, self.comm) \
             if args.checkpoint_dir else None
@@ -155,19 +160,23 @@ class Trainer:
                             or self.rank == (1 if self.server_based else 0))
         start = time.time() - self.wall_offset
         row = {}
+        self.guard.saved()  # what --skip-nonfinite falls back on before the first sync
         for epoch in range(self.start_epoch, self.args.epochs):
             self.epoch = epoch
             self.begin_epoch(epoch)
             self.optimizer.lr = self.schedule.lr
             if self.is_server:
+                self.watchdog.serve(epoch, self.sync.syncs)
                 self.sync.run()
                 train = (0.0, 0)
             else:
                 train = self.train_epoch(epoch, progress)
+            self.watchdog.epoch_end(epoch, self.sync.syncs)
             row = self.end_epoch(epoch, train, time.time() - start)
             if self.checkpointer and ((epoch + 1) % self.args.checkpoint_every == 0
                                       or epoch + 1 == self.args.epochs):
                 self.save_checkpoint(epoch, time.time() - start)
+            self.watchdog.leave()
             if self.schedule.done:
                 break
         progress.close()
@@ -313,7 +322,7 @@ class Trainer:
     def finish(self):
         """The final model: rank 0's (w_g, or the server's center)."""
         dropped = self.comm.allreduce(self.guard.dropped, op=MPI.SUM)
-        if dropped and self.say:
+        if dropped and self.main:  # even with --quiet: the model lacks their work
             kaldi_log("dropped %d non-finite contribution(s) (--skip-nonfinite)" % dropped)
         if self.args.out and self.main:
             model_io.save(self.args.out, self.net.state_dict(), self.header())

@@ -6,15 +6,13 @@ Sizes: B = 60 and hidden widths 60 split over 2, 3, 4, 5 and 6 ranks; 60
 classes are always sliced, 7 never (the output layer is replicated), the
 MNIST-1D 10 on 2 and 5 ranks only.
 """
-import math
 
 import numpy as np
 import pytest
-from mpi4py import MPI
 
 from psgd.data import shard_range
 from psgd.errors import UsageError
-from psgd.nnet import BatchNorm, CrossEntropy, build_model, create_optimizer
+from psgd.nnet import CrossEntropy, build_model, create_optimizer
 from psgd.nnet.parallel import HybridNetwork, traffic
 from psgd.nnet.parallel.network import hidden_widths
 
