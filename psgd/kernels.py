@@ -2,9 +2,12 @@
 
 The sync path is memory-bound, so each update here is written to make as few
 passes over the buffers as the backend allows: one CuPy ElementwiseKernel on a
-GPU; on the host, numexpr (optional, multi-threaded, one pass per output) when
-it is installed and the buffer is large enough to pay for its start-up, else
-in-place NumPy ops. PSGD_ACCEL=numpy forces the plain NumPy path.
+GPU; on the host, in-place NumPy ops run block by block (BLOCK elements at a
+time), so all the ops of an update touch a block while it is in cache: one
+trip through memory per update instead of one per op, and no model-sized
+temporaries. numexpr (optional) is used only when PSGD_ACCEL=numexpr: on the
+2-core machine of BENCHMARKS.md its per-element cost lost to the blocked NumPy
+path at every size, threaded or not. PSGD_ACCEL=numpy forces NumPy.
 """
 import os
 
@@ -17,6 +20,9 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 # Below this many elements numexpr's call overhead outweighs its threads.
 NUMEXPR_MIN_SIZE = 1 << 16
+# 512 KiB of float32 per buffer: the fastest block size measured for bmuf and
+# lerp (benchmarks/accel.py); the Python cost per block is a few microseconds.
+BLOCK = 1 << 17
 
 
 def _on_gpu(a):
@@ -24,9 +30,24 @@ def _on_gpu(a):
 
 
 def _use_numexpr(a):
-    if numexpr is None or os.environ.get("PSGD_ACCEL", "auto") == "numpy":
+    if numexpr is None or os.environ.get("PSGD_ACCEL", "auto") != "numexpr":
         return False
     return a.size >= NUMEXPR_MIN_SIZE
+
+
+def _blocks(*arrays):
+    """Slices covering the arrays block by block (one slice of everything
+    unless they all are 1-D, the flat buffers the algorithms pass)."""
+    n = arrays[0].size
+    if any(a.ndim != 1 for a in arrays):
+        yield slice(None)
+        return
+    for lo in range(0, n, BLOCK):
+        yield slice(lo, min(lo + BLOCK, n))
+
+
+def _scratch(a):
+    return np.empty(min(a.size, BLOCK) if a.ndim == 1 else a.shape, dtype=a.dtype)
 
 
 _kernels = {}
@@ -54,9 +75,12 @@ def lerp(a, b, alpha):
         numexpr.evaluate("a + alpha * (b - a)", local_dict={"a": a, "b": b, "alpha": a.dtype.type(alpha)},
                          out=a, casting="same_kind")
     else:
-        d = np.subtract(b, a)
-        d *= a.dtype.type(alpha)
-        a += d
+        alpha, scratch = a.dtype.type(alpha), _scratch(a)
+        for s in _blocks(a, b):
+            d = scratch[:a[s].size].reshape(a[s].shape)
+            np.subtract(b[s], a[s], out=d)
+            d *= alpha
+            a[s] += d
     return a
 
 
@@ -70,7 +94,11 @@ def axpy(a, alpha, b):
     elif alpha == 1.0:
         a += b
     else:
-        a += a.dtype.type(alpha) * b
+        alpha, scratch = a.dtype.type(alpha), _scratch(a)
+        for s in _blocks(a, b):
+            d = scratch[:a[s].size].reshape(a[s].shape)
+            np.multiply(b[s], alpha, out=d)
+            a[s] += d
     return a
 
 
@@ -97,13 +125,16 @@ def bmuf_update(w, w_g, D, eta, zeta, nesterov):
         numexpr.evaluate("g + d", local_dict=env, out=w_g, casting="same_kind")
         numexpr.evaluate("g + look * d", local_dict=env, out=w, casting="same_kind")
     else:
-        w -= w_g
-        w *= zeta
-        D *= keep
-        D += w
-        w_g += D
-        np.multiply(D, look, out=w)
-        w += w_g
+        for s in _blocks(w, w_g, D):
+            ws, gs, ds = w[s], w_g[s], D[s]
+            ws -= gs
+            if zeta != 1:
+                ws *= zeta
+            ds *= keep
+            ds += ws
+            gs += ds
+            np.multiply(ds, look, out=ws)
+            ws += gs
     return w
 
 
@@ -122,8 +153,10 @@ def momentum_step(x, v, d, m, alpha):
         numexpr.evaluate("m * v + d", local_dict=env, out=v, casting="same_kind")
         numexpr.evaluate("x + alpha * v", local_dict=env, out=x, casting="same_kind")
     else:
-        v *= m
-        v += d
-        np.multiply(v, alpha, out=d)
-        x += d
+        for s in _blocks(x, v, d):
+            vs, ds = v[s], d[s]
+            vs *= m
+            vs += ds
+            np.multiply(vs, alpha, out=ds)
+            x[s] += ds
     return x

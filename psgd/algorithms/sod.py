@@ -8,6 +8,7 @@ Outer steps follow PyTorch's conventions, with state starting at 0.
 """
 import math
 
+from .. import kernels
 from ..buffers import host_copy
 from .base import CollectiveWorker, Option, positive, register
 
@@ -45,18 +46,19 @@ class Sod(CollectiveWorker):
         getattr(self, "_" + self.outer)(w_g, g)
         w[...] = w_g
 
+    # kernels.axpy instead of `w_g -= lr * g`: no model-sized temporary.
     def _sgd(self, w_g, g):
-        w_g -= w_g.dtype.type(self.outer_lr) * g
+        kernels.axpy(w_g, -self.outer_lr, g)
 
     def _momentum(self, w_g, g, nesterov=False):
         v, t = self.velocity.data, w_g.dtype.type
         v *= t(self.outer_momentum)
         v += g
         if nesterov:            # w_g -= lr * (g + mu * v)
-            g += t(self.outer_momentum) * v
-            w_g -= t(self.outer_lr) * g
+            kernels.axpy(g, self.outer_momentum, v)
+            kernels.axpy(w_g, -self.outer_lr, g)
         else:
-            w_g -= t(self.outer_lr) * v
+            kernels.axpy(w_g, -self.outer_lr, v)
 
     def _nesterov(self, w_g, g):
         self._momentum(w_g, g, nesterov=True)
@@ -65,17 +67,17 @@ class Sod(CollectiveWorker):
         m, s, t = self.velocity.data, self.second_moment.data, w_g.dtype.type
         xp = self.buffer.xp
         m *= t(self.beta1)
-        m += t(1 - self.beta1) * g
+        kernels.axpy(m, 1 - self.beta1, g)
         g *= g
         s *= t(self.beta2)
-        s += t(1 - self.beta2) * g
+        kernels.axpy(s, 1 - self.beta2, g)
         bias1 = 1 - self.beta1 ** self.steps
         bias2 = 1 - self.beta2 ** self.steps
         denom = xp.sqrt(s, out=g)         # g is no longer needed
         denom /= t(math.sqrt(bias2))
         denom += t(self.eps)
         xp.divide(m, denom, out=denom)
-        w_g -= t(self.outer_lr / bias1) * denom
+        kernels.axpy(w_g, -(self.outer_lr / bias1), denom)
 
     def state_dict(self):
         state = {"global_model": host_copy(self.global_model.data),

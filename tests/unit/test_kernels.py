@@ -1,0 +1,57 @@
+"""The host kernels give the same bits block by block as the whole-array
+NumPy formulas, across block edges, and leave their inputs alone."""
+import numpy as np
+import pytest
+
+from psgd import kernels
+
+
+@pytest.fixture(autouse=True)
+def small_blocks(monkeypatch):
+    monkeypatch.setattr(kernels, "BLOCK", 7)       # many blocks, a ragged last one
+    monkeypatch.setenv("PSGD_ACCEL", "auto")
+
+
+SHAPES = [(0,), (1,), (7,), (50,), (3, 5)]
+
+
+def arrays(shape, dtype, count):
+    rng = np.random.default_rng(sum(shape) + count)
+    return [rng.standard_normal(shape).astype(dtype) for _ in range(count)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_lerp_and_axpy(shape, dtype):
+    a, b = arrays(shape, dtype, 2)
+    t = np.dtype(dtype).type
+    out = kernels.lerp(a.copy(), b, 0.3)
+    assert np.array_equal(out, a + (b - a) * t(0.3))
+    for alpha in (1.0, -0.7):
+        assert np.array_equal(kernels.axpy(a.copy(), alpha, b), a + t(alpha) * b)
+    assert np.array_equal(b, arrays(shape, dtype, 2)[1])   # b is read only
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("zeta,nesterov", [(1.0, True), (0.8, True), (1.0, False)])
+def test_bmuf_update(shape, zeta, nesterov):
+    w, g, d = arrays(shape, np.float32, 3)
+    t = np.float32
+    look = 0.75 if nesterov else 0.0
+    d_new = t(0.75 - zeta * look) * d + (w - g) * t(zeta)
+    g_new = g + d_new
+    w_new = g_new + t(look) * d_new
+    w2, g2, d2 = w.copy(), g.copy(), d.copy()
+    kernels.bmuf_update(w2, g2, d2, 0.75, zeta, nesterov)
+    for got, want in ((w2, w_new), (g2, g_new), (d2, d_new)):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_momentum_step(shape):
+    x, v, d = arrays(shape, np.float64, 3)
+    v_new = 0.9 * v + d
+    x2, v2 = x.copy(), v.copy()
+    kernels.momentum_step(x2, v2, d.copy(), 0.9, 0.1)
+    np.testing.assert_allclose(v2, v_new, rtol=1e-12)
+    np.testing.assert_allclose(x2, x + 0.1 * v_new, rtol=1e-12)
