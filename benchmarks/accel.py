@@ -1,12 +1,15 @@
 """numexpr against plain NumPy for the fused sync updates (psgd/kernels.py).
 
-One process, no MPI: `kernels.bmuf_update` and `kernels.lerp` timed with
-PSGD_ACCEL=auto (numexpr above kernels.NUMEXPR_MIN_SIZE elements) and
-PSGD_ACCEL=numpy, interleaved, medians; numexpr at 1 thread and at its
-default thread count. The cost is also given in GB/s of the arrays the
-update must touch at least once (bmuf: read w, w_g, D and write them back,
-24 bytes per float32 parameter; lerp: read a, b, write a, 12 bytes), so
-the figures compare with the machine's memory bandwidth (the copy row).
+One process, no MPI: `kernels.bmuf_update` and `kernels.lerp` timed, the
+variants interleaved, medians:
+- numpy, blocked: the default host path (kernels.BLOCK elements at a time);
+- numpy, whole arrays: the same ops over the whole buffers (BLOCK set past
+  the size), what the host path did before blocking;
+- numexpr (PSGD_ACCEL=numexpr) at 1 thread and at one thread per core.
+The cost is also given in GB/s of the bytes the update must move at least
+once (bmuf: read w, w_g, D and write them back, 24 bytes per float32
+parameter; lerp: read a, b, write a, 12 bytes), next to np.copyto's rate
+(8 bytes per element) as the machine's memory bandwidth for reference.
 """
 import os
 import sys
@@ -29,60 +32,80 @@ def _time(fn, reps):
     return common.median(times)
 
 
+def _variants(kernels):
+    """(name, set-up) pairs; each set-up puts kernels into that mode."""
+    numexpr = kernels.numexpr
+    block = kernels.BLOCK
+
+    def numpy_mode(blocked):
+        def setup():
+            os.environ["PSGD_ACCEL"] = "numpy"
+            kernels.BLOCK = block if blocked else 1 << 62
+        return setup
+
+    def numexpr_mode(threads):
+        def setup():
+            os.environ["PSGD_ACCEL"] = "numexpr"
+            kernels.BLOCK = block
+            numexpr.set_num_threads(threads)
+        return setup
+
+    out = [("numpy, blocked (default)", numpy_mode(True)),
+           ("numpy, whole arrays", numpy_mode(False))]
+    if numexpr is not None:
+        cores = numexpr.detect_number_of_cores()
+        out.append(("numexpr 1 thread", numexpr_mode(1)))
+        if cores > 1:
+            out.append(("numexpr %d threads" % cores, numexpr_mode(cores)))
+    return out
+
+
 def measure(sizes, quick=False):
     from psgd import kernels
-    numexpr = kernels.numexpr
-    default_threads = numexpr.nthreads if numexpr is not None else 0
-    cores = numexpr.detect_number_of_cores() if numexpr is not None else 0
-    variants = [("numpy", None)]
-    if numexpr is not None:
-        variants += [("numexpr 1 thread", 1)]
-        if cores > 1:
-            variants += [("numexpr %d threads" % cores, cores)]
+    saved = (os.environ.get("PSGD_ACCEL"), kernels.BLOCK,
+             kernels.numexpr.nthreads if kernels.numexpr is not None else None)
+    variants = _variants(kernels)
     rows = []
-    for size in sizes:
-        w = np.full(size, 1.0, np.float32)
-        g = np.full(size, 0.5, np.float32)
-        d = np.zeros(size, np.float32)
-        b = np.full(size, 2.0, np.float32)
-        ops = {
-            "bmuf": lambda: kernels.bmuf_update(w, g, d, 0.75, 1.0, True),
-            "lerp": lambda: kernels.lerp(w, b, 0.225),
-            "copy": lambda: np.copyto(w, b),
-        }
-        nbytes = 4 * size
-        reps = common.repeats_for(nbytes, quick) * 2
-        for op, fn in ops.items():
-            times = {name: [] for name, _ in variants}
-            for r in range(reps):
-                order = variants if r % 2 == 0 else variants[::-1]
-                for name, threads in order:
-                    if threads is None:
-                        os.environ["PSGD_ACCEL"] = "numpy"
-                    else:
-                        os.environ["PSGD_ACCEL"] = "auto"
-                        numexpr.set_num_threads(threads)
-                    times[name].append(_time(fn, 1))
-                    if op == "copy":
-                        break      # no accelerated variant: time it once per round
-            for name, ts in times.items():
-                if not ts:
-                    continue
-                t = common.median(ts)
-                rows.append({"op": op, "size": size, "variant": name, "seconds": t,
-                             "gbps": MIN_BYTES[op] * size / t / 1e9})
-        del w, g, d, b
-    if numexpr is not None:
-        numexpr.set_num_threads(default_threads)
-    os.environ.pop("PSGD_ACCEL", None)
-    return {"rows": rows, "variants": [v for v, _ in variants],
-            "numexpr_min_size": kernels.NUMEXPR_MIN_SIZE}
+    try:
+        for size in sizes:
+            w = np.full(size, 1.0, np.float32)
+            g = np.full(size, 0.5, np.float32)
+            d = np.zeros(size, np.float32)
+            b = np.full(size, 2.0, np.float32)
+            ops = {
+                "bmuf": lambda: kernels.bmuf_update(w, g, d, 0.75, 1.0, True),
+                "lerp": lambda: kernels.lerp(w, b, 0.225),
+            }
+            reps = common.repeats_for(4 * size, quick) * 2
+            copies = []
+            for op, fn in ops.items():
+                times = {name: [] for name, _ in variants}
+                for r in range(reps):
+                    for name, setup in (variants if r % 2 == 0 else variants[::-1]):
+                        setup()
+                        times[name].append(_time(fn, 1))
+                    copies.append(_time(lambda: np.copyto(w, b), 1))
+                for name, ts in times.items():
+                    t = common.median(ts)
+                    rows.append({"op": op, "size": size, "variant": name, "seconds": t,
+                                 "gbps": MIN_BYTES[op] * size / t / 1e9})
+            t = common.median(copies)
+            rows.append({"op": "copy", "size": size, "variant": "numpy", "seconds": t,
+                         "gbps": MIN_BYTES["copy"] * size / t / 1e9})
+            del w, g, d, b
+    finally:
+        if saved[0] is None:
+            os.environ.pop("PSGD_ACCEL", None)
+        else:
+            os.environ["PSGD_ACCEL"] = saved[0]
+        kernels.BLOCK = saved[1]
+        if saved[2] is not None:
+            kernels.numexpr.set_num_threads(saved[2])
+    return {"rows": rows, "variants": [v for v, _ in variants], "block": kernels.BLOCK}
 
 
 def run(quick=False):
     sizes = [10 ** 4, 10 ** 5, 10 ** 6, 10 ** 7] + ([] if quick else [10 ** 8])
-    for k, v in common.THREAD_ENV.items():
-        os.environ.setdefault(k, v)
     data = measure(sizes, quick)
     common.save_json("accel.json", data)
     return report(data, sizes)
@@ -93,9 +116,10 @@ def report(data, sizes):
     variants = data["variants"]
     by = {(r["op"], r["size"], r["variant"]): r for r in rows}
     md = ["One process, no MPI; median time of one call (and GB/s over the bytes the "
-          "update must touch at least once). `auto` uses numexpr from %d elements up "
-          "(kernels.NUMEXPR_MIN_SIZE); below that both columns run NumPy." %
-          data["numexpr_min_size"], ""]
+          "update must move at least once). `blocked` is the default host path "
+          "(kernels.BLOCK = %d elements per block); `whole arrays` the same NumPy ops over "
+          "whole buffers; numexpr runs with PSGD_ACCEL=numexpr. `fastest` compares "
+          "with the default." % data["block"], ""]
     heads = []
     for op in ("bmuf", "lerp"):
         table_rows, wins = [], []
@@ -112,8 +136,8 @@ def report(data, sizes):
                     best = (v, r["seconds"])
             c = by.get(("copy", size, "numpy"))
             cells.append("%.1f GB/s" % c["gbps"] if c else "-")
-            numpy_t = by[(op, size, "numpy")]["seconds"]
-            cells.append("%s (%.2fx numpy)" % (best[0], numpy_t / best[1]))
+            default_t = by[(op, size, variants[0])]["seconds"]
+            cells.append("%s (%.2fx)" % (best[0], default_t / best[1]))
             wins.append((size, best[0]))
             table_rows.append(cells)
         md.append("**%s** (`kernels.%s`)" % (op, "bmuf_update" if op == "bmuf" else "lerp"))

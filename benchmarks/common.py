@@ -19,11 +19,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results")
 
-# One BLAS thread per rank: with 2 cores and several ranks, threaded BLAS
-# would only fight the other ranks, and one worker should mean one core.
-# OMP_NUM_THREADS is left alone because numexpr reads it: numexpr keeps its
-# own default (what a user gets); accel.py measures it both ways.
-THREAD_ENV = {"OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+# One BLAS thread per rank for the training runs (scaling, convergence), so
+# that one worker means one core and the 1-worker baseline is not two.
+THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 # launching -------------------------------------------------------------------
@@ -39,9 +37,13 @@ def mpirun_path():
     return found
 
 
-def child_env(extra=None):
+def child_env(extra=None, pin_blas=False):
+    """The environment of a child job: psgd importable; with `pin_blas`, one
+    BLAS thread per rank. Without it psgd's own per-rank thread limit applies
+    (psgd/_threads.py), which is what a user's job gets."""
     env = dict(os.environ)
-    env.update(THREAD_ENV)
+    if pin_blas:
+        env.update(THREAD_ENV)
     env.setdefault("PSGD_BACKEND", "numpy")
     path = [ROOT, HERE] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(path)
@@ -51,7 +53,7 @@ def child_env(extra=None):
     return env
 
 
-def mpi_run(np_, argv, timeout=900, env=None, module=False):
+def mpi_run(np_, argv, timeout=900, env=None, module=False, pin_blas=False):
     """Run `python argv...` (or `python -m argv...`) on np_ ranks; returns
     stdout. A failure raises with the tail of the job's output; past
     `timeout` seconds the job's whole process group is killed (mpirun alone
@@ -60,7 +62,7 @@ def mpi_run(np_, argv, timeout=900, env=None, module=False):
     cmd = [mpirun_path(), "-np", str(np_), sys.executable, "-u"]
     cmd += (["-m"] if module else []) + [str(a) for a in argv]
     started = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env(env), stdout=subprocess.PIPE,
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env(env, pin_blas), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
@@ -86,12 +88,12 @@ def error_line(exc):
     return lines[-1][:300] if lines else type(exc).__name__
 
 
-def run_child(script, np_, out, args=(), timeout=900, env=None):
+def run_child(script, np_, out, args=(), timeout=900, env=None, pin_blas=False):
     """Launch `script --child --out OUT args` on np_ ranks; returns OUT's JSON."""
     if os.path.exists(out):
         os.unlink(out)
     mpi_run(np_, [os.path.join(HERE, script), "--child", "--out", out] + list(args),
-            timeout=timeout, env=env)
+            timeout=timeout, env=env, pin_blas=pin_blas)
     with open(out) as f:
         return json.load(f)
 

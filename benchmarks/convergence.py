@@ -27,7 +27,7 @@ WORKERS = 4
 def train(algo, np_, epochs, tag):
     path = common.result_path("convergence_%s.jsonl" % tag)
     common.mpi_run(np_, ["psgd.worker", "--algo", algo, "--epochs", epochs, "--metrics", path,
-                         "--progress", "off", "--quiet"], module=True, timeout=600)
+                         "--progress", "off", "--quiet"], module=True, timeout=600, pin_blas=True)
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
 

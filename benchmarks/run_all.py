@@ -62,8 +62,6 @@ def main(argv=None):
     unknown = [s for s in chosen if s not in SECTIONS]
     if unknown:
         p.error("unknown section(s) %s; valid: %s" % (", ".join(unknown), ", ".join(SECTIONS)))
-    for k, v in common.THREAD_ENV.items():
-        os.environ.setdefault(k, v)
     started = time.time()
     machine = common.machine_info()
     busy = {"before": cpu_busy(2.0), "between": []}

@@ -134,7 +134,8 @@ def run(quick=False):
             try:
                 results.append(common.run_child(
                     "scaling.py", n + 1 if server else n, out,
-                    ["--algo", algo, "--num-samples", num_samples], timeout=300))
+                    ["--algo", algo, "--num-samples", num_samples], timeout=300,
+                    pin_blas=True))
             except RuntimeError as exc:   # one broken run must not hide the others
                 errors["%s at %d workers" % (algo, n)] = common.error_line(exc)
     common.save_json("scaling.json", {"results": results, "errors": errors})
