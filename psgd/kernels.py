@@ -46,6 +46,18 @@ def _blocks(*arrays):
         yield slice(lo, min(lo + BLOCK, n))
 
 
+def blockwise(fn, *arrays):
+    """fn(*slices) block by block over same-length host arrays, so that the
+    NumPy ops inside fn meet each block while it is in cache (block-sized
+    temporaries are cheap there); one call over the whole arrays on a GPU,
+    where each op is one kernel anyway."""
+    if _on_gpu(arrays[0]):
+        fn(*arrays)
+        return
+    for s in _blocks(*arrays):
+        fn(*(a[s] for a in arrays))
+
+
 def _scratch(a):
     return np.empty(min(a.size, BLOCK) if a.ndim == 1 else a.shape, dtype=a.dtype)
 

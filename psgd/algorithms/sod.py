@@ -39,45 +39,46 @@ class Sod(CollectiveWorker):
 
     def update(self, n_k, n, active):
         self.average(n_k, n, active)
-        w, w_g = self.buffer.data, self.global_model.data
-        xp = self.buffer.xp
-        g = xp.subtract(w_g, w, out=w)  # the pseudo-gradient, in w's memory
         self.steps += 1
-        getattr(self, "_" + self.outer)(w_g, g)
+        state = [b.data for b in (self.velocity, self.second_moment) if b is not None]
+        # Block by block: all of the step's passes meet a block in cache.
+        kernels.blockwise(self._update, self.buffer.data, self.global_model.data, *state)
+
+    def _update(self, w, w_g, *state):
+        g = self.buffer.xp.subtract(w_g, w, out=w)  # the pseudo-gradient, in w's memory
+        getattr(self, "_" + self.outer)(w_g, g, *state)
         w[...] = w_g
 
-    # kernels.axpy instead of `w_g -= lr * g`: no model-sized temporary.
     def _sgd(self, w_g, g):
-        kernels.axpy(w_g, -self.outer_lr, g)
+        w_g -= w_g.dtype.type(self.outer_lr) * g
 
-    def _momentum(self, w_g, g, nesterov=False):
-        v, t = self.velocity.data, w_g.dtype.type
+    def _momentum(self, w_g, g, v, nesterov=False):
+        t = w_g.dtype.type
         v *= t(self.outer_momentum)
         v += g
         if nesterov:            # w_g -= lr * (g + mu * v)
-            kernels.axpy(g, self.outer_momentum, v)
-            kernels.axpy(w_g, -self.outer_lr, g)
+            g += t(self.outer_momentum) * v
+            w_g -= t(self.outer_lr) * g
         else:
-            kernels.axpy(w_g, -self.outer_lr, v)
+            w_g -= t(self.outer_lr) * v
 
-    def _nesterov(self, w_g, g):
-        self._momentum(w_g, g, nesterov=True)
+    def _nesterov(self, w_g, g, v):
+        self._momentum(w_g, g, v, nesterov=True)
 
-    def _adam(self, w_g, g):
-        m, s, t = self.velocity.data, self.second_moment.data, w_g.dtype.type
-        xp = self.buffer.xp
+    def _adam(self, w_g, g, m, s):
+        t, xp = w_g.dtype.type, self.buffer.xp
         m *= t(self.beta1)
-        kernels.axpy(m, 1 - self.beta1, g)
+        m += t(1 - self.beta1) * g
         g *= g
         s *= t(self.beta2)
-        kernels.axpy(s, 1 - self.beta2, g)
+        s += t(1 - self.beta2) * g
         bias1 = 1 - self.beta1 ** self.steps
         bias2 = 1 - self.beta2 ** self.steps
         denom = xp.sqrt(s, out=g)         # g is no longer needed
         denom /= t(math.sqrt(bias2))
         denom += t(self.eps)
         xp.divide(m, denom, out=denom)
-        kernels.axpy(w_g, -(self.outer_lr / bias1), denom)
+        w_g -= t(self.outer_lr / bias1) * denom
 
     def state_dict(self):
         state = {"global_model": host_copy(self.global_model.data),

@@ -55,3 +55,17 @@ def test_momentum_step(shape):
     kernels.momentum_step(x2, v2, d.copy(), 0.9, 0.1)
     np.testing.assert_allclose(v2, v_new, rtol=1e-12)
     np.testing.assert_allclose(x2, x + 0.1 * v_new, rtol=1e-12)
+
+
+def test_blockwise_visits_every_element_once_in_aligned_blocks():
+    a = np.zeros(50)
+    b = np.arange(50.0)
+    seen = []
+
+    def fn(x, y):
+        seen.append(x.size)
+        x += y + 1
+
+    kernels.blockwise(fn, a, b)
+    assert seen == [7] * 7 + [1]
+    assert np.array_equal(a, np.arange(50.0) + 1)
