@@ -115,6 +115,11 @@ def save_json(name, data):
     return path
 
 
+def load_json(name):
+    with open(result_path(name)) as f:
+        return json.load(f)
+
+
 def rel(path):
     """A path relative to the repo root (how BENCHMARKS.md links it)."""
     return os.path.relpath(path, ROOT)
@@ -164,7 +169,8 @@ def machine_info():
         "cpu": _cpu_model(), "cores": os.cpu_count(), "memory_gib": round(_memory_gib(), 1),
         "os": "%s %s" % (platform.system(), platform.release()),
         "python": platform.python_version(), "numpy": numpy.__version__,
-        "mpi4py": mpi4py.__version__, "mpi_library": " ".join(mpi_lib[0].split()) if mpi_lib else "?",
+        "mpi4py": mpi4py.__version__,
+        "mpi_library": " ".join(mpi_lib[0].split()) if mpi_lib else "?",
         "mpi_standard": "%d.%d" % MPI.Get_version(), "numexpr": numexpr_version,
         "mpirun": mpirun_path(),
     }

@@ -49,6 +49,10 @@ def run(quick=False):
     return report(data)
 
 
+def rerender():
+    return report(common.load_json("convergence.json"))
+
+
 def _at(rows, key, budget):
     xs = [r["samples"] for r in rows]
     ys = [r[key] if r[key] is not None else float("nan") for r in rows]

@@ -107,6 +107,10 @@ def run(quick=False):
     return report(data)
 
 
+def rerender():
+    return report(common.load_json("memory.json"))
+
+
 def report(data):
     rows, heads = [], []
     mpi_extra = {}

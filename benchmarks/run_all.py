@@ -57,11 +57,15 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     p.add_argument("--only", default=None, help="comma-separated sections: " + ", ".join(SECTIONS))
     p.add_argument("--out", default=os.path.join(common.ROOT, "BENCHMARKS.md"))
+    p.add_argument("--render", action="store_true",
+                   help="rewrite the report from benchmarks/results/ without measuring")
     args = p.parse_args(argv)
     chosen = SECTIONS if not args.only else tuple(s for s in args.only.split(",") if s)
     unknown = [s for s in chosen if s not in SECTIONS]
     if unknown:
         p.error("unknown section(s) %s; valid: %s" % (", ".join(unknown), ", ".join(SECTIONS)))
+    if args.render:
+        return render_saved(chosen, args.out)
     started = time.time()
     machine = common.machine_info()
     busy = {"before": cpu_busy(2.0), "between": []}
@@ -88,8 +92,22 @@ def main(argv=None):
     with open(args.out, "w") as f:
         f.write(text)
     common.save_json("run_all.json", {"machine": machine, "busy": busy, "load": load,
-                                      "timings": timings, "quick": args.quick})
+                                      "timings": timings, "quick": args.quick,
+                                      "started": started, "minutes": (time.time() - started) / 60})
     print("wrote %s (%.0f s)" % (args.out, time.time() - started))
+    return 0
+
+
+def render_saved(chosen, out):
+    """BENCHMARKS.md again from the last run's saved results (after editing
+    the report code or FINDINGS.md)."""
+    meta = common.load_json("run_all.json")
+    sections = [__import__(name).rerender() for name in chosen]
+    text = render(meta["machine"], meta["busy"], meta["load"], sections, meta["timings"],
+                  meta["started"], meta["quick"], meta["minutes"])
+    with open(out, "w") as f:
+        f.write(text)
+    print("wrote %s from saved results" % out)
     return 0
 
 
@@ -97,7 +115,7 @@ def _pct(x):
     return "n/a" if x is None else "%.0f%%" % (100 * x)
 
 
-def render(machine, busy, load, sections, timings, started, quick):
+def render(machine, busy, load, sections, timings, started, quick, minutes=None):
     cores = machine["cores"] or 1
     between = [b for b in busy["between"] if b is not None]
     worst_between = max(between) if between else None
@@ -110,7 +128,8 @@ def render(machine, busy, load, sections, timings, started, quick):
            "`benchmarks/results/`." % (" --quick" if quick else "",
                                         datetime.datetime.utcfromtimestamp(started)
                                         .strftime("%Y-%m-%d %H:%M"),
-                                        (time.time() - started) / 60), ""]
+                                        minutes if minutes is not None
+                                        else (time.time() - started) / 60), ""]
     if quick:
         out += ["**This is a --quick smoke run: small sizes and few repeats; do not read the "
                 "numbers as measurements.**", ""]
@@ -136,7 +155,7 @@ def render(machine, busy, load, sections, timings, started, quick):
         with open(findings) as f:
             out += [f.read().strip(), ""]
     out += ["## Time per section", "", common.table(["section", "seconds"], [
-        [k, "%.0f" % v] for k, v in timings.items()]), ""]
+        [k, "%.0f" % timings[k]] for k in SECTIONS if k in timings]), ""]
     return "\n".join(out).replace("\n\n\n", "\n\n")
 
 

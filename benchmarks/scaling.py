@@ -143,6 +143,11 @@ def run(quick=False):
 
 
 
+def rerender():
+    data = common.load_json("scaling.json")
+    return report(data["results"], data["errors"])
+
+
 def report(results, errors=None):
     cores = os.cpu_count() or 1
     by = {(r["algo"], r["workers"]): r for r in results}
@@ -157,8 +162,9 @@ def report(results, errors=None):
             workers = [x for x in r["ranks"] if not x["server"]]
             split = {k: np.mean([x[k] / x["wall_s"] for x in workers])
                      for k in ("compute_s", "comm_s", "wait_s", "other_s")}
-            eff = r["throughput"] / (n * base["throughput"]) if base else float("nan")
-            core_eff = r["throughput"] / (min(n, cores) * base["throughput"]) if base else float("nan")
+            one = base["throughput"] if base else float("nan")
+            eff = r["throughput"] / (n * one)
+            core_eff = r["throughput"] / (min(n, cores) * one)
             rows.append([algo, n, r["np"], "%.0f" % r["throughput"],
                          "%.2fx" % (r["throughput"] / base["throughput"]) if base else "-",
                          "%.0f%%" % (100 * eff), "%.0f%%" % (100 * core_eff),

@@ -9,7 +9,9 @@ in run() for a whole block, so they cannot alternate call by call).
 Two modes: `tight` (syncs back to back, so a sync also waits for the
 server's update of the previous one) and `gap` (the worker sleeps between
 syncs, as if computing, so the server's update is off the critical path but
-its idle poll has to notice the next message). In `gap` mode the server's
+its idle poll has to notice the next message), and `spin` (as gap, with the
+server's option poll_max_sleep=0: it polls without sleeping, trading CPU for
+latency; sizes up to 1e7). In `gap` mode the server's
 own statistics (ServerStats from run()) give its CPU time per served sync
 and the CPU share of its idle waits; the bare server waits in a blocking
 MPI call, whose CPU share is measured the same way.
@@ -24,12 +26,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 ALGOS = ("easgd", "asgd")
+MODES = ("tight", "gap", "spin")
 TARGET = 1.10
 
 
 def _bare(comm, algo, buf, scratch, reps, gap):
     """Per-rep worker times of the bare exchange; the server's CPU share."""
-    from mpi4py import MPI
     rank, times = comm.rank, []
     comm.Barrier()
     wall, cpu = time.perf_counter(), time.process_time()
@@ -55,10 +57,10 @@ def _bare(comm, algo, buf, scratch, reps, gap):
     return times, {"wall_s": wall, "cpu_s": cpu}
 
 
-def _psgd(comm, algo, size, reps, gap):
+def _psgd(comm, algo, size, reps, gap, options):
     import psgd
     params = [np.full(size, 1.0 + comm.rank, dtype=np.float32)]
-    obj = psgd.create(algo, params, comm=comm)
+    obj = psgd.create(algo, params, comm=comm, **options)
     times, stats = [], None
     if obj.role == "server":
         stats = obj.run().as_dict()
@@ -73,6 +75,23 @@ def _psgd(comm, algo, size, reps, gap):
         obj.stop(0)
     obj.close()
     return times, stats
+
+
+def _update_alone(algo, buf, reps=5):
+    """The worker's elementwise work of one sync, timed alone (no MPI):
+    easgd's lerp; asgd's delta and the copy of the pulled model."""
+    from psgd import kernels
+    w, other, scratch = buf.copy(), buf.copy(), np.empty_like(buf)
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        if algo == "easgd":
+            kernels.lerp(w, other, 0.45)
+        else:
+            np.subtract(w, other, out=scratch)
+            w[...] = other
+        times.append(time.perf_counter() - start)
+    return common.median(times)
 
 
 def child(argv):
@@ -90,10 +109,11 @@ def child(argv):
         reps = max(3, common.repeats_for(nbytes, args.quick) // args.blocks)
         _bare(comm, "easgd", buf, scratch, 2, 0)          # first-use set-up
         for algo in ALGOS:
-            for mode in ("tight", "gap"):
+            for mode in MODES if size <= 10 ** 7 else MODES[:2]:
+                options = {"poll_max_sleep": 0.0} if mode == "spin" else {}
                 bare_t, psgd_t, server, bare_server = [], [], [], []
                 gap = 0.0
-                if mode == "gap":
+                if mode != "tight":
                     # Longer than the exchange and the server's update together.
                     gap = max(0.005, 4 * _probe(comm, buf, scratch))
                 for block in range(args.blocks):
@@ -104,11 +124,12 @@ def child(argv):
                             bare_t += t
                             bare_server.append(s)
                         else:
-                            t, s = _psgd(comm, algo, size, reps, gap)
+                            t, s = _psgd(comm, algo, size, reps, gap, options)
                             psgd_t += t
                             server.append(s)
+                alone = _update_alone(algo, buf) if comm.rank == 1 else 0.0
                 rows.append(_row(comm, size, algo, mode, gap, bare_t, psgd_t, server,
-                                 bare_server))
+                                 bare_server, alone))
     if comm.rank == 0:
         import json
         with open(args.out, "w") as f:
@@ -122,25 +143,27 @@ def _probe(comm, buf, scratch):
     return comm.allreduce(common.median(times) if times else 0.0, op=MPI.MAX)
 
 
-def _row(comm, size, algo, mode, gap, bare_t, psgd_t, server, bare_server):
+def _row(comm, size, algo, mode, gap, bare_t, psgd_t, server, bare_server, alone):
     """Rank 1's times and rank 0's statistics, assembled on rank 0."""
-    times = comm.gather((bare_t, psgd_t), root=0)
+    times = comm.gather((bare_t, psgd_t, alone), root=0)
     if comm.rank != 0:
         return None
-    bare_t, psgd_t = times[1]
+    bare_t, psgd_t, alone = times[1]
     total = {k: sum(s[k] for s in server) for k in ("syncs", "busy_s", "idle_s", "wall_s",
                                                       "cpu_s", "sleeps")}
     bare_wall = sum(s["wall_s"] for s in bare_server)
     bare_cpu = sum(s["cpu_s"] for s in bare_server)
-    idle_cpu = max(0.0, total["cpu_s"] - total["busy_s"])
     return {"size": size, "algo": algo, "mode": mode, "gap_s": gap,
             "bare": bare_t, "psgd": psgd_t,
             "bare_median": common.median(bare_t), "psgd_median": common.median(psgd_t),
             "ratio": common.median(psgd_t) / common.median(bare_t),
+            "update_alone": alone,
+            "floor": (common.median(bare_t) + alone) / common.median(bare_t),
             "server": total,
             "server_cpu_per_sync": total["cpu_s"] / max(total["syncs"], 1),
             "server_busy_per_sync": total["busy_s"] / max(total["syncs"], 1),
-            "server_idle_cpu_share": idle_cpu / total["idle_s"] if total["idle_s"] else None,
+            "server_cpu_share": total["cpu_s"] / total["wall_s"] if total["wall_s"] else None,
+            "server_idle_share": total["idle_s"] / total["wall_s"] if total["wall_s"] else None,
             "bare_server_cpu_share": bare_cpu / bare_wall if bare_wall else None}
 
 
@@ -156,46 +179,62 @@ def run(quick=False):
     return report(data, sizes)
 
 
+def rerender():
+    data = common.load_json("server_roundtrip.json")
+    return report(data, sorted({r["size"] for r in data["rows"]}))
+
+
 def report(data, sizes):
     by = {(r["size"], r["algo"], r["mode"]): r for r in data["rows"]}
     rows, worst = [], {}
     for algo in ALGOS:
         for size in sizes:
             t, g = by.get((size, algo, "tight")), by.get((size, algo, "gap"))
+            sp = by.get((size, algo, "spin"))
             if not t or not g:
                 continue
             cells = [algo, common.fmt_size(size), common.fmt_bytes(4 * size),
                      common.fmt_time(t["bare_median"]), _ratio(t["ratio"], size),
                      common.fmt_time(g["bare_median"]), _ratio(g["ratio"], size),
+                     "%.2fx" % g["floor"],
                      common.fmt_time(g["gap_s"]),
                      common.fmt_time(g["server_cpu_per_sync"]),
                      common.fmt_time(g["server_busy_per_sync"]),
-                     _pct(g["server_idle_cpu_share"]), _pct(g["bare_server_cpu_share"])]
+                     _pct(g["server_idle_share"]), _pct(g["server_cpu_share"]),
+                     _pct(g["bare_server_cpu_share"]),
+                     "%.3fx" % sp["ratio"] if sp else "-",
+                     _pct(sp["server_cpu_share"]) if sp else "-"]
             rows.append(cells)
             if size >= 10 ** 6:
                 worst[algo] = max(worst.get(algo, 0), g["ratio"])
     headers = ["algo", "parameters", "bytes", "bare (tight)", "psgd/bare (tight)",
-               "bare (gap)", "psgd/bare (gap)", "worker gap", "server CPU / sync",
-               "server busy / sync", "server idle CPU share", "bare server CPU share"]
+               "bare (gap)", "psgd/bare (gap)", "floor (gap)", "worker gap", "server CPU / sync",
+               "server busy / sync", "server idle", "server CPU share", "bare server CPU share",
+               "psgd/bare (spin)", "server CPU share (spin)"]
     md = ["np 2: rank 0 serves, rank 1 syncs. `bare` is the worker's time for the same "
           "bytes with plain mpi4py (easgd: one Sendrecv; asgd: Send then Recv); the ratio "
           "is median psgd `synchronize` / median bare exchange. `tight`: syncs back to "
           "back; `gap`: the worker sleeps (the gap column) between syncs, as if computing. "
-          "Server columns come from the gap runs: process CPU time per served sync, wall "
-          "time serving per sync, and the CPU share of the server's idle time (CPU time "
-          "outside serving / idle wall time); the last column is the same share for the "
-          "bare server, which waits in a blocking MPI call. (!) marks a ratio above the "
+          "`floor`: (bare exchange + the worker's elementwise work of a sync timed alone) / "
+          "bare exchange, the ratio with no plumbing at all (easgd: the lerp; asgd: forming "
+          "the delta and copying the pulled model). "
+          "Server columns come from the gap runs (ServerStats): process CPU time per served "
+          "sync, wall time serving per sync, the share of its wall time spent waiting for "
+          "a message, and its CPU time / wall time over the run (mostly idle, so this is "
+          "what waiting costs); the bare server's CPU share is the same figure for a server "
+          "that waits in a blocking MPI call. The `spin` columns repeat the gap "
+          "runs with poll_max_sleep=0. (!) marks a ratio above the "
           "%.2fx target at 1e6 parameters and up." % TARGET, "",
           common.table(headers, rows), ""]
     _plot(by, sizes)
     md.append("![server round trip](%s)" % common.rel(common.result_path("server_roundtrip.png")))
     heads = ["server round trip (gap mode), worst ratio at >= 1e6 parameters: " + ", ".join(
         "%s %.3fx" % (a, worst[a]) for a in ALGOS if a in worst)]
-    shares = [by[k]["server_idle_cpu_share"] for k in by if k[2] == "gap"
-              and by[k]["server_idle_cpu_share"] is not None]
+    shares = [by[k]["server_cpu_share"] for k in by if k[2] == "gap"
+              and by[k]["server_cpu_share"] is not None]
     if shares:
-        heads.append("server idle CPU share while the worker computes: %s (bare blocking "
-                     "server: %s)" % (_pct(max(shares)), _pct(max(
+        heads.append("server CPU share while the worker computes (mostly idle): at most %s "
+                     "(bare blocking server: %s)" % (_pct(max(shares)), _pct(max(
                          by[k]["bare_server_cpu_share"] for k in by if k[2] == "gap"))))
     return common.Section("Server round trip", "\n".join(md), heads, data)
 
@@ -214,7 +253,7 @@ def _plot(by, sizes):
         return
     fig, ax = plt.subplots(figsize=(6, 4))
     for algo in ALGOS:
-        for mode, style in (("tight", "-"), ("gap", "--")):
+        for mode, style in (("tight", "-"), ("gap", "--"), ("spin", ":")):
             xs = [s for s in sizes if (s, algo, mode) in by]
             ax.plot(xs, [by[(s, algo, mode)]["ratio"] for s in xs], style, marker="o",
                     label="%s (%s)" % (algo, mode))

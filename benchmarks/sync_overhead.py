@@ -64,6 +64,27 @@ class Kaldi:
         pass
 
 
+class _NoExchange:
+    """Stands in for an algorithm's MPI exchange to time its arithmetic alone."""
+
+    def allreduce(self):
+        pass
+
+
+def _update_alone(obj, n_k, n, size):
+    """The algorithm's update (weighting and elementwise math) without its
+    MPI calls: what one sync would cost on top of a free Allreduce."""
+    names = [k for k in ("exchange", "grad_exchange") if hasattr(obj, k)]
+    saved = [getattr(obj, k) for k in names]
+    for k in names:
+        setattr(obj, k, _NoExchange())
+    try:
+        obj.update(n_k, n, size)
+    finally:
+        for k, v in zip(names, saved):
+            setattr(obj, k, v)
+
+
 def _make(method, comm, size):
     import psgd
     if method == "kaldi":
@@ -95,24 +116,35 @@ def child(argv):
             obj = _make(method, comm, size)
             n_k = 32 + comm.rank   # uneven counts: the weighted path, as in training
 
+            n_total = sum(32 + r for r in range(comm.size))
+
             def sync():
                 obj.synchronize(n_k)
 
-            for _ in range(2):      # first touches, MPI's first-use set-up
-                bare()
-                sync()
-            t_raw, t_sync = [], []
+            def alone():
+                _update_alone(obj, n_k, n_total, comm.size)
+
+            fns = [("raw", bare), ("sync", sync)]
+            if method != "kaldi":
+                fns.append(("alone", alone))
+            for _ in range(1 if raw.nbytes >= 2e8 else 2):   # first touches, MPI set-up
+                for _, fn in fns:
+                    fn()
+            times = {k: [] for k, _ in fns}
             for r in range(reps):
-                pair = ((t_raw, bare), (t_sync, sync))
-                for times, fn in (pair if r % 2 == 0 else pair[::-1]):
-                    times.append(common.timed_collective(comm, fn))
-            rows.append({"size": size, "method": method, "raw": t_raw, "sync": t_sync,
-                         "raw_median": common.median(t_raw),
-                         "sync_median": common.median(t_sync),
-                         "ratio": common.median(t_sync) / common.median(t_raw)})
+                for k, fn in (fns if r % 2 == 0 else fns[::-1]):
+                    times[k].append(common.timed_collective(comm, fn))
+            med = {k: common.median(v) for k, v in times.items()}
+            rows.append({"size": size, "method": method, "raw": times["raw"],
+                         "sync": times["sync"], "alone": times.get("alone"),
+                         "raw_median": med["raw"], "sync_median": med["sync"],
+                         "alone_median": med.get("alone"),
+                         "ratio": med["sync"] / med["raw"],
+                         "floor": (med["raw"] + med["alone"]) / med["raw"]
+                         if "alone" in med else None})
             obj.close()
-            del obj, sync
-        del raw, bare
+            obj = None            # free this method's buffers before the next one's
+        raw = None
     if comm.rank == 0:
         import json
         with open(args.out, "w") as f:
@@ -138,6 +170,11 @@ def run(quick=False, nps=(2, 4)):
     return report(runs, sizes)
 
 
+def rerender():
+    runs = common.load_json("sync_overhead.json")
+    return report(runs, sorted({r["size"] for run in runs for r in run["rows"]}))
+
+
 def report(runs, sizes):
     auto = [r for r in runs if r["accel"] == "auto"]
     numexpr_runs = {r["np"]: r for r in runs if r["accel"] == "numexpr"}
@@ -156,7 +193,8 @@ def report(runs, sizes):
                     cells.append("-")
                     continue
                 mark = "" if m == "kaldi" or size < 10 ** 6 or r["ratio"] <= TARGET else " (!)"
-                cells.append("%.3fx%s" % (r["ratio"], mark))
+                floor = "" if r.get("floor") is None else " (%.2f)" % r["floor"]
+                cells.append("%.3fx%s%s" % (r["ratio"], floor, mark))
                 if m != "kaldi" and size >= 10 ** 6:
                     worst[m] = max(worst.get(m, 0), r["ratio"])
             rows.append(cells)
@@ -164,8 +202,12 @@ def report(runs, sizes):
           "`Allreduce(IN_PLACE)` of the same bytes, measured interleaved in the same job "
           "(slowest rank after a barrier). The Allreduce column is that baseline's median. "
           "`kaldi` is the reference's per-tensor way (scale, stage, Allreduce, copy back "
-          "for each of %d tensors) on the same bytes. (!) marks a ratio above the %.2fx "
-          "target at 1e6 parameters and up." % (TENSORS, TARGET), "",
+          "for each of %d tensors) on the same bytes. In brackets, the floor: (Allreduce + "
+          "the algorithm's update timed alone, without its MPI calls) / Allreduce, i.e. what "
+          "the sync would cost with no plumbing at all; the gap between the ratio and its "
+          "floor is psgd's overhead (the counts Allreduce, Python), the gap between the "
+          "floor and 1 is the update's arithmetic. (!) marks a ratio above the %.2fx target "
+          "at 1e6 parameters and up." % (TENSORS, TARGET), "",
           common.table(headers, rows), ""]
     if numexpr_runs:
         md.append("The same for bmuf and sod with `PSGD_ACCEL=numexpr` (numexpr instead "
@@ -180,7 +222,8 @@ def report(runs, sizes):
                 cells = [np_, common.fmt_size(size)]
                 for m in ("bmuf", "sod"):
                     a, n = auto_by.get((size, m)), by.get((size, m))
-                    cells += ["%.3fx" % a["ratio"] if a else "-", "%.3fx" % n["ratio"] if n else "-"]
+                    cells += ["%.3fx" % a["ratio"] if a else "-",
+                              "%.3fx" % n["ratio"] if n else "-"]
                 nrows.append(cells)
         md.append(common.table(["np", "parameters", "bmuf (default)", "bmuf (numexpr)",
                                 "sod (default)", "sod (numexpr)"], nrows))
