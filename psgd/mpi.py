@@ -6,6 +6,8 @@ import ctypes
 import hashlib
 import json
 import os
+import sys
+import time
 
 import numpy as np
 from mpi4py import MPI
@@ -259,10 +261,12 @@ def first_difference(a, b, path=""):
 
 
 # Abort on error ----------------------------------------------------------------
+ABORT_GRACE = 1.0  # seconds
+
+
 def abort_on_error(comm=None):
     """Make an uncaught exception on any rank print one line naming the rank
     and end the whole job (MPI_Abort) instead of hanging the other ranks."""
-    import sys
     comm = comm if comm is not None else MPI.COMM_WORLD
     previous = sys.excepthook
 
@@ -271,6 +275,12 @@ def abort_on_error(comm=None):
             previous(kind, value, tb)
         elif issubclass(kind, (UsageError, CollectiveError)):
             sys.stderr.write("psgd: error: %s\n" % value)
+            if issubclass(kind, CollectiveError):
+                # Raised on every rank (a server's notice says "it failed"):
+                # give the rank that knows why the moment to say it before
+                # this rank's MPI_Abort takes the job down.
+                sys.stderr.flush()
+                time.sleep(ABORT_GRACE)
         else:
             if os.environ.get("PSGD_TRACEBACK"):
                 previous(kind, value, tb)

@@ -37,13 +37,16 @@ class Checkpointer:
                           dict(header, epoch=epoch, rank=self.rank, size=self.size))
         except OSError as exc:
             ok, error = 0, exc
-        everyone = self.comm.allreduce(ok, op=MPI.MIN)
-        if not everyone:
+        everyone = np.array([ok], dtype=np.int64)
+        self.comm.Allreduce(MPI.IN_PLACE, [everyone, MPI.INT64_T], op=MPI.MIN)
+        if not everyone[0]:
             raise UsageError("checkpoint %s could not be written%s" % (
                 folder, "" if ok else ": %s" % error))
         if self.rank == 0:
             self._point_latest(os.path.basename(folder))
             self._prune(epoch)
+            _remove_leftovers(folder)
+            _remove_leftovers(self.directory)   # a LATEST being written when killed
         self.comm.Barrier()
 
     def _point_latest(self, name):
@@ -73,10 +76,19 @@ class Checkpointer:
                 info = json.load(f)
         except (OSError, ValueError):
             raise UsageError("%s: unreadable checkpoint pointer" % path) from None
+        name = info.get("folder") if isinstance(info, dict) else None
+        # Only a folder beside LATEST: the pointer is a file a user may hand us.
+        if not isinstance(name, str) or not name.startswith("epoch-") \
+                or os.path.basename(name) != name:
+            raise UsageError("%s: not a psgd checkpoint pointer" % path)
         if info.get("size") != self.size:
             raise UsageError("checkpoint in %s was written by %s ranks, this job has %d" % (
                 self.directory, info.get("size"), self.size))
-        return os.path.join(self.directory, info["folder"])
+        folder = os.path.join(self.directory, name)
+        if not os.path.isdir(folder):
+            raise UsageError("%s points at %s, which is missing: restore it, or remove %s "
+                             "to start afresh" % (path, folder, path))
+        return folder
 
     def load(self):
         """(arrays, header) of this rank's latest checkpoint, or None."""
@@ -84,6 +96,17 @@ class Checkpointer:
         if folder is None:
             return None
         return model_io.load(_rank_file(folder, self.rank))
+
+
+def _remove_leftovers(folder):
+    """Temporary files of writers killed in an earlier attempt at this folder
+    (every rank's write of this attempt has completed by now)."""
+    for name in os.listdir(folder):
+        if name.startswith(".tmp-"):
+            try:
+                os.unlink(os.path.join(folder, name))
+            except OSError:
+                pass
 
 
 def split(arrays, prefix):

@@ -9,7 +9,6 @@ import numpy as np
 from mpi4py import MPI
 
 
-
 class NonFiniteError(RuntimeError):
     pass
 
@@ -18,8 +17,8 @@ class FiniteGuard:
     """Before a worker sends its model (or gradient), one read-only pass: the
     sum is NaN/Inf whenever an element is (an overflow of the sum itself is
     re-checked element-wise). By default a non-finite contribution stops the
-    job naming the rank and the sync; with skip, it is replaced by the last
-    good state with weight zero and counted."""
+    job naming the sync (the CLI adds the rank); with skip, it is replaced by
+    the last good state with weight zero and counted."""
 
     def __init__(self, trainer, skip):
         self.trainer, self.skip = trainer, skip
@@ -31,23 +30,28 @@ class FiniteGuard:
         if bool(xp.isfinite(buffer.sum())) or bool(xp.isfinite(buffer).all()):
             return n_k
         t = self.trainer
-        where = "rank %d: non-finite %s before sync %d (epoch %d)" % (
-            t.rank, "gradient" if buffer is t.net.grad_buffer.data else "model",
-            t.sync.syncs + 1, getattr(t, "epoch", 0) + 1)
+        gradient = buffer is t.net.grad_buffer.data
+        where = "non-finite %s before sync %d (epoch %d)" % (
+            "gradient" if gradient else "model", t.sync.syncs + 1, getattr(t, "epoch", 0) + 1)
         if not self.skip:
             raise NonFiniteError(where + "; stopping (--skip-nonfinite drops such "
                                  "contributions instead)")
         warnings.warn(where + ": contribution dropped")
         self.dropped += 1
-        if buffer is t.net.grad_buffer.data or self.snapshot is None:
+        if gradient:
+            # The optimizer has not seen it: its state stays what every
+            # replica holds (syncgrad's replicas must stay identical).
             buffer.fill(0)
-        else:
-            buffer[...] = self.snapshot
-        t.optimizer.reset()
+            return 0
+        # A server algorithm adds what a worker sends even at weight zero:
+        # send the model of the last good sync (asgd: a zero delta).
+        buffer[...] = self.snapshot if self.snapshot is not None else 0
+        t.optimizer.reset()  # its moments took in the NaN gradient
         return 0
 
     def saved(self):
-        """After a good sync: keep the model to fall back on (only with skip)."""
+        """At the start and after each good sync: the model to fall back on
+        (kept only with skip)."""
         if self.skip and not self.trainer.is_server:
             w = self.trainer.net.param_buffer.data
             if self.snapshot is None:
@@ -57,18 +61,22 @@ class FiniteGuard:
 
 
 # Stall watchdog -------------------------------------------------------------------
-COMPUTING, SYNCING, DONE = 0, 1, 2
-PHASES = {COMPUTING: "computing", SYNCING: "waiting in a sync", DONE: "finished"}
-_STATUS = 5  # phase, epoch, sync number, seconds in phase (x1000), rank
+COMPUTING, SYNCING, DONE, SERVING, EPOCH_END = 0, 1, 2, 3, 4
+WAITING = (SYNCING, SERVING, EPOCH_END)
+_STATUS = 5  # phase, epoch, sync number, milliseconds in phase, rank
+_TAG = 7
 
 
 class Watchdog:
     """Every rank's status reaches rank 0's watchdog thread once a second on
-    a communicator of its own; when a rank has waited in a sync for longer
-    than `timeout`, rank 0 names the ranks that have not arrived and what
-    they were last doing (like Horovod's stall check). With `abort`, rank 0
-    then ends the job. No thread runs when timeout is None or the job has one
-    rank."""
+    a communicator of its own (like Horovod's stall check). While some rank
+    waits (in a sync, at the end of an epoch, or serving as the server),
+    rank 0 names the ranks that have not reached a sync for longer than
+    `timeout` and what they were doing. When no rank computes and workers
+    have waited past `timeout`, the one not answering is the server, or
+    (collective algorithms) nobody: every rank waits in MPI. With `abort`,
+    rank 0 then ends the job. No thread runs when timeout is None or the job
+    has one rank."""
 
     def __init__(self, comm, timeout, abort=False, period=1.0):
         self.timeout, self.abort = timeout, abort
@@ -79,75 +87,89 @@ class Watchdog:
         self.comm = comm.Dup()
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self.period = min(period, timeout / 4)
+        self.started = time.time()
         self.stopping = threading.Event()
-        self.reported = set()
+        self.reported = None
         self.thread = threading.Thread(target=self._loop, name="psgd-watchdog", daemon=True)
         self.thread.start()
 
+    def _set(self, phase, epoch, sync_no):
+        # One tuple assignment: the thread never reads a half-updated status.
+        self.phase, self.epoch, self.sync_no, self.since = phase, epoch, sync_no, time.time()
+
     def enter(self, epoch, sync_no):
-        self.phase, self.epoch, self.sync_no, self.since = SYNCING, epoch, sync_no, time.time()
+        """Waiting in sync `sync_no + 1` (for the other workers, or the server)."""
+        self._set(SYNCING, epoch, sync_no)
+
+    def serve(self, epoch, served):
+        """The server's event loop: waiting for workers and serving them."""
+        self._set(SERVING, epoch, served)
+
+    def epoch_end(self, epoch):
+        """The end-of-epoch collectives (evaluation, checkpoint): waiting for all."""
+        self._set(EPOCH_END, epoch, self.sync_no)
 
     def leave(self):
-        self.phase, self.since = COMPUTING, time.time()
+        """Back to computing: after the sync just made, or in the next epoch."""
+        phase, epoch, sync_no = self.phase, self.epoch, self.sync_no
+        if phase == SYNCING:
+            sync_no += 1
+        elif phase == EPOCH_END:
+            epoch += 1
+        self._set(COMPUTING, epoch, sync_no)
 
     def _status(self):
-        return np.array([self.phase, self.epoch, self.sync_no,
-                         int(1000 * (time.time() - self.since)), self.rank], dtype=np.int64)
+        phase, epoch, sync_no, since = self.phase, self.epoch, self.sync_no, self.since
+        return np.array([phase, epoch, sync_no, int(1000 * (time.time() - since)), self.rank],
+                        dtype=np.int64)
 
     def _loop(self):
-        table = np.full((self.size, _STATUS), -1, dtype=np.int64)
-        seen_at = np.zeros(self.size)
-        incoming = np.empty(_STATUS, dtype=np.int64)
-        finished = 0
-        while True:
-            stopping = self.stopping.wait(self.period)
-            status = self._status()
-            if stopping:
-                status[0] = DONE
-            if self.rank != 0:
-                self.comm.Send(status, dest=0, tag=7)
+        if self.rank != 0:
+            while True:
+                stopping = self.stopping.wait(self.period)
+                status = self._status()
+                if stopping:
+                    status[0] = DONE
+                self.comm.Send(status, dest=0, tag=_TAG)
                 if stopping:
                     return
-                continue
-            table[0], seen_at[0] = status, time.time()
-            while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=7):
-                self.comm.Recv(incoming, source=MPI.ANY_SOURCE, tag=7)
-                r = int(incoming[4])
-                table[r], seen_at[r] = incoming, time.time()
-                finished += incoming[0] == DONE
-            if stopping and finished >= self.size - 1:
-                return
-            self._report(table, seen_at)
+        table = np.full((self.size, _STATUS), -1, dtype=np.int64)
+        seen_at = np.zeros(self.size)
+        # One receive posted per rank, drained with Testsome: MPICH's Iprobe
+        # let one message through per call and the table fell behind.
+        landing = np.zeros((self.size, _STATUS), dtype=np.int64)
+        requests = [MPI.REQUEST_NULL] + [self.comm.Irecv(landing[r], source=r, tag=_TAG)
+                                         for r in range(1, self.size)]
+        while True:
+            stopping = self.stopping.wait(self.period)
+            table[0], seen_at[0] = self._status(), time.time()
+            while True:
+                done = MPI.Request.Testsome(requests)
+                if not done:
+                    break
+                for r in done:
+                    table[r], seen_at[r] = landing[r], time.time()
+                    if landing[r, 0] != DONE:
+                        requests[r] = self.comm.Irecv(landing[r], source=r, tag=_TAG)
+            if all(q == MPI.REQUEST_NULL for q in requests):
+                return          # every other rank said goodbye
+            if not stopping:
+                self._report(table, seen_at)
 
     def _report(self, table, seen_at):
-        now = time.time()
-        waiting = [r for r in range(self.size) if table[r, 0] == SYNCING
-                   and table[r, 3] / 1000.0 + (now - seen_at[r]) > self.timeout]
-        if not waiting:
-            self.reported.clear()
+        line = stall_report(table, seen_at, time.time(), self.timeout, time.time() - self.started)
+        key = line and line[1]
+        if key == self.reported:
             return
-        key = tuple(sorted((r, int(table[r, 2])) for r in waiting))
-        if key in self.reported:
+        self.reported = key
+        if not line:
             return
-        self.reported.add(key)
-        late = [r for r in range(self.size) if r not in waiting]
-        lines = ["psgd: stall: rank%s %s waiting in a sync for more than %gs; not arrived: %s" % (
-            "s" if len(waiting) > 1 else "", ",".join(map(str, waiting)), self.timeout,
-            ", ".join(self._describe(r, table, seen_at, now) for r in late) or "none")]
-        sys.stderr.write("\n".join(lines) + "\n")
-        sys.stderr.flush()
+        sys.stderr.write(line[0] + "\n")
         if self.abort:
             sys.stderr.write("psgd: stall: --stall-abort ends the job\n")
-            sys.stderr.flush()
+        sys.stderr.flush()
+        if self.abort:
             self.comm.Abort(3)
-
-    @staticmethod
-    def _describe(r, table, seen_at, now):
-        if table[r, 0] < 0:
-            return "rank %d (never reported)" % r
-        return "rank %d (%s for %.0fs, epoch %d, after sync %d)" % (
-            r, PHASES.get(int(table[r, 0]), "?"), table[r, 3] / 1000.0 + now - seen_at[r],
-            table[r, 1] + 1, table[r, 2])
 
     def close(self):
         """Collective in effect: every rank's thread says goodbye to rank 0's."""
@@ -158,3 +180,52 @@ class Watchdog:
             self.comm.Free()
             self.thread = None
 
+
+def stall_report(table, seen_at, now, timeout, running):
+    """(line, key) naming the ranks that hold the job up, or None. `table`:
+    each rank's last status (phase -1: none yet), `seen_at` when it came,
+    `running`: seconds the watchdog has run."""
+    size = len(table)
+    phase = table[:, 0]
+    elapsed = table[:, 3] / 1000.0 + (now - seen_at)
+    waiting = [r for r in range(size) if phase[r] in WAITING]
+    if not waiting:
+        return None
+    late = [r for r in range(size) if (phase[r] == COMPUTING and elapsed[r] > timeout)
+            or (phase[r] < 0 and running > timeout)]
+    stuck = [r for r in waiting if phase[r] == SYNCING and elapsed[r] > timeout]
+    if not late and stuck and all(phase[r] in WAITING for r in range(size)):
+        if phase[0] == SERVING:
+            # Every worker waits and the server has been asked: it is the one.
+            late = [0]
+            waiting.remove(0)
+        elif all(elapsed[r] > timeout for r in range(size)):
+            line = "psgd: stall: every rank has waited for more than %gs (stuck in MPI?): %s" % (
+                timeout, ", ".join(_describe(r, table[r], elapsed[r]) for r in range(size)))
+            return line, ("all",) + tuple(int(table[r, 2]) for r in stuck)
+    if not late:
+        return None
+    if late == [0] and phase[0] == SERVING:
+        what = ["rank 0 (the server, epoch %d: no answer for %.1fs)" % (
+            table[0, 1] + 1, max(elapsed[r] for r in stuck))]
+    else:
+        what = [_describe(r, table[r], elapsed[r]) for r in late]
+    line = "psgd: stall: not arrived after %gs: %s; waiting: %s" % (
+        timeout, ", ".join(what), ", ".join(_describe(r, table[r], elapsed[r]) for r in waiting))
+    return line, tuple((r, int(table[r, 0]), int(table[r, 1]), int(table[r, 2])) for r in late)
+
+
+def _describe(r, status, elapsed):
+    phase, epoch, sync_no = int(status[0]), int(status[1]) + 1, int(status[2])
+    if phase < 0:
+        return "rank %d (never reported)" % r
+    if phase == COMPUTING:
+        return "rank %d (computing for %.1fs in epoch %d, after sync %d)" % (
+            r, elapsed, epoch, sync_no)
+    if phase == SYNCING:
+        return "rank %d (in sync %d of epoch %d for %.1fs)" % (r, sync_no + 1, epoch, elapsed)
+    if phase == SERVING:
+        return "rank %d (the server, serving epoch %d)" % (r, epoch)
+    if phase == EPOCH_END:
+        return "rank %d (at the end of epoch %d for %.1fs)" % (r, epoch, elapsed)
+    return "rank %d (finished)" % r

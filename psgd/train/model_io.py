@@ -70,8 +70,10 @@ def load(path):
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        raise UsageError("%s: not a readable psgd model/checkpoint (%s)" % (
-            path, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)) from None
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if "pickle" in text or "Object arrays" in text:
+            text = "it holds pickled Python objects, which psgd never loads"
+        raise UsageError("%s: not a readable psgd model/checkpoint (%s)" % (path, text)) from None
     raw = arrays.pop(HEADER, None)
     if raw is None:
         raise UsageError("%s: not a psgd file (no header)" % path)
@@ -79,6 +81,8 @@ def load(path):
         header = json.loads(raw.tobytes().decode())
     except ValueError:
         raise UsageError("%s: corrupt header" % path) from None
+    if not isinstance(header, dict):
+        raise UsageError("%s: corrupt header" % path)
     if header.get("checksum") != _digest(arrays):
         raise UsageError("%s: checksum mismatch (corrupt or partly written file)" % path)
     return arrays, header

@@ -160,7 +160,6 @@ class Trainer:
                             or self.rank == (1 if self.server_based else 0))
         start = time.time() - self.wall_offset
         row = {}
-        self.guard.saved()  # what --skip-nonfinite falls back on before the first sync
         for epoch in range(self.start_epoch, self.args.epochs):
             self.epoch = epoch
             self.begin_epoch(epoch)
@@ -171,7 +170,7 @@ class Trainer:
                 train = (0.0, 0)
             else:
                 train = self.train_epoch(epoch, progress)
-            self.watchdog.epoch_end(epoch, self.sync.syncs)
+            self.watchdog.epoch_end(epoch)
             row = self.end_epoch(epoch, train, time.time() - start)
             if self.checkpointer and ((epoch + 1) % self.args.checkpoint_every == 0
                                       or epoch + 1 == self.args.epochs):
@@ -187,6 +186,8 @@ class Trainer:
     def begin_epoch(self, epoch):
         if epoch > self.start_epoch:
             self.sync.begin_round()  # server algorithms serve one run() per epoch
+        else:
+            self.guard.saved()  # what --skip-nonfinite falls back on before the first sync
 
     def train_epoch(self, epoch, progress):
         net, opt, sync = self.net, self.optimizer, self.sync
