@@ -251,23 +251,41 @@ class Server(Algorithm):
         for rank in waiting - queued:     # the sender, or the one being served when an update failed
             if self._requests[rank - 1] == MPI.REQUEST_NULL:
                 self._post(rank)
-        scratch = self.incoming.host
+        delay = FIRST_SLEEP
         while waiting:
+            drained = self._drain_models()
             while self._queue:
                 rank, message, _, _ = self._queue.popleft()
-                if message == mpi.MSG_SYNC:          # its payload is on the way: take it
-                    mpi.Recv(self.comm, scratch, rank, mpi.TAG_MODEL)
+                if message == mpi.MSG_SYNC:          # its payload is drained as it comes
                     self._post(rank)
                 else:
                     waiting.discard(rank)
             if waiting and all(r == MPI.REQUEST_NULL for r in self._requests):
                 break                                # nothing more can arrive
             if waiting:
-                for _, rank, _, _ in self._poll(block=True, failing=True):
+                bad = self._poll(block=False, failing=True)
+                for _, rank, _, _ in bad:
                     waiting.discard(rank)
+                if drained or bad or self._queue:
+                    delay = FIRST_SLEEP
+                else:
+                    time.sleep(delay)
+                    delay = min(2 * delay, self.poll_max_sleep)
         self.failure = "%s server: %s" % (self.name, text or "failed")
         if text is not None:
             raise ProtocolError(self.failure)
+
+    def _drain_models(self):
+        """Drop the model messages still in flight (a queued SYNC's payload, or
+        the one being served when an update failed): past the eager limit (4
+        KiB in Open MPI's shared memory) a worker's send, and so its answer to
+        the notice, waits until the server receives it."""
+        scratch, status, count = self.incoming.host, MPI.Status(), 0
+        while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=mpi.TAG_MODEL, status=status):
+            n = status.Get_count(MPI.BYTE) // scratch.itemsize
+            self.comm.Recv(scratch[:n], source=status.Get_source(), tag=mpi.TAG_MODEL)
+            count += 1
+        return count
 
     def _notify(self, rank, code, sender=0, value=0):
         notice = np.array([code, sender, value], dtype=np.int64)
