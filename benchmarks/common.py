@@ -196,9 +196,9 @@ def repeats_for(nbytes, quick=False):
     """Enough repeats for a stable median without letting the 400 MB cases
     dominate the run."""
     if nbytes >= 2e8:
-        n = 5
+        n = 7
     elif nbytes >= 2e7:
-        n = 9
+        n = 11
     elif nbytes >= 2e6:
         n = 21
     else:

@@ -69,10 +69,12 @@ def report(data):
     budgets = [per_epoch * e for e in picks]
     headers = ["run"] + ["acc @ %dk" % (b // 1000) for b in budgets] + \
         ["gap @ %dk" % (budgets[-1] // 1000), "wall @ %dk" % (budgets[-1] // 1000),
-         "best acc"]
+         "syncs @ %dk" % (budgets[-1] // 1000), "best acc"]
     rows, heads = [], []
     final_ref = _at(ref, "test_accuracy", budgets[-1])
-    for name, run in runs.items():
+    order = ["1 worker"] + [a for a in ALGOS if a in runs]
+    for name in order:
+        run = runs[name]
         r = run["rows"]
         accs = [_at(r, "test_accuracy", b) for b in budgets]
         gap = accs[-1] - final_ref
@@ -81,16 +83,20 @@ def report(data):
         rows.append([name if name == "1 worker" else "%s (%d workers)" % (name, run["workers"])]
                     + ["%.1f%%" % (100 * a) for a in accs]
                     + ["-" if name == "1 worker" else "%+.1f pt" % (100 * gap),
-                       "%.1f s" % wall, "%.1f%%" % (100 * best)])
+                       "%.1f s" % wall, "%.0f" % _at(r, "syncs", budgets[-1]),
+                       "%.1f%%" % (100 * best)])
         if name != "1 worker":
             heads.append("%s %+.1f pt" % (name, 100 * gap))
     md = ["Test accuracy (held-out 1000 samples) of the model each run reports per epoch "
           "(collective: w_g; server: the center), at equal numbers of training samples "
           "processed by all workers together. `gap` is the difference to the 1-worker run "
           "at the same budget, in percentage points; `wall` is the run's wall time to that "
-          "budget (4 workers share %d cores: see the scaling section). %d epochs of %d "
-          "samples, default CNN, Adam lr 2e-3, minibatch 32, sync every 4 minibatches, "
-          "default algorithm options." % (os.cpu_count() or 1, epochs, per_epoch), "",
+          "budget (4 workers share %d cores: see the scaling section); `syncs` the "
+          "synchronizations of a worker by then. %d epochs of %d samples, default CNN, "
+          "Adam, minibatch 32; every run uses the trainer's defaults for its algorithm "
+          "(`python -m psgd.worker --help`, psgd/train/trainer.py: a sync every 4 "
+          "minibatches unless the trainer chooses otherwise for the algorithm)." % (
+              os.cpu_count() or 1, epochs, per_epoch), "",
           common.table(headers, rows), ""]
     for algo, err in data.get("errors", {}).items():
         md.append("- %s did not run: `%s`" % (algo, err))
@@ -112,8 +118,8 @@ def _plot(runs):
     for what, key, label in (("samples", "samples", "training samples processed (all workers)"),
                              ("wall", "wall_seconds", "wall time (s)")):
         fig, ax = plt.subplots(figsize=(6.5, 4.2))
-        for name, run in runs.items():
-            r = run["rows"]
+        for name in ["1 worker"] + [a for a in ALGOS if a in runs]:
+            r = runs[name]["rows"]
             ax.plot([x[key] for x in r], [100 * (x["test_accuracy"] or 0) for x in r],
                     marker=".", label=name, linewidth=2.5 if name == "1 worker" else 1.2,
                     color="black" if name == "1 worker" else None)

@@ -126,18 +126,29 @@ def child(argv):
 def run(quick=False):
     num_samples = 2500 if quick else 20000
     algos = ("bsp", "syncgrad", "easgd") if quick else ALGOS
-    results, errors = [], {}
-    for algo in algos:
-        server = algo in ("easgd", "asgd", "masgd")
-        for n in WORKERS:
-            out = common.result_path("scaling_%s_%d.json" % (algo, n))
-            try:
-                results.append(common.run_child(
-                    "scaling.py", n + 1 if server else n, out,
-                    ["--algo", algo, "--num-samples", num_samples], timeout=300,
-                    pin_blas=True))
-            except RuntimeError as exc:   # one broken run must not hide the others
-                errors["%s at %d workers" % (algo, n)] = common.error_line(exc)
+    best, errors = {}, {}
+    # Two rounds, the second in reverse order; each configuration keeps its
+    # faster round. Other load on a shared machine only ever slows a run, so
+    # the faster of two is the better estimate of what the code does.
+    for rounds in range(1 if quick else 2):
+        for algo in algos:
+            server = algo in ("easgd", "asgd", "masgd")
+            for n in (WORKERS if rounds == 0 else WORKERS[::-1]):
+                out = common.result_path("scaling_%s_%d.json" % (algo, n))
+                try:
+                    r = common.run_child("scaling.py", n + 1 if server else n, out,
+                                         ["--algo", algo, "--num-samples", num_samples],
+                                         timeout=300, pin_blas=True)
+                except RuntimeError as exc:   # one broken run must not hide the others
+                    errors["%s at %d workers" % (algo, n)] = common.error_line(exc)
+                    continue
+                key = (algo, n)
+                r["rounds"] = best.get(key, {}).get("rounds", []) + [r["throughput"]]
+                if key not in best or r["throughput"] > best[key]["throughput"]:
+                    best[key] = r
+                else:
+                    best[key]["rounds"] = r["rounds"]
+    results = [best[k] for k in sorted(best, key=lambda k: (ALGOS.index(k[0]), k[1]))]
     common.save_json("scaling.json", {"results": results, "errors": errors})
     return report(results, errors)
 
@@ -182,7 +193,9 @@ def report(results, errors=None):
     md = ["Default trainer settings (Adam, minibatch 32, sync every 4 minibatches; "
           "syncgrad every minibatch) on MNIST-1D, CNN with channels %s and hidden %s "
           "(%d parameters), one epoch over %d training samples split across the workers. "
-          "Throughput = all workers' samples / the slowest rank's wall time. Efficiency = "
+          "Throughput = all workers' samples / the slowest rank's wall time; each "
+          "configuration ran twice (the second round in reverse order) and keeps its faster "
+          "run, since other load only slows a run. Efficiency = "
           "throughput / (N x 1-worker throughput); `per core` divides by min(N, %d cores) "
           "instead. Time shares are of each worker's wall time, averaged over workers; "
           "`other` is data shuffling, loss bookkeeping and Python around the calls." % (
