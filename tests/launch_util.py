@@ -15,14 +15,30 @@ def mpirun(np, argv, timeout=120, env=None, cwd=None):
     full_env.setdefault("PSGD_BACKEND", "numpy")
     full_env.setdefault("PSGD_CACHE_DIR", os.path.join(ROOT, ".cache"))
     full_env.update(env or {})
+    for key, value in mpi_env().items():
+        full_env.setdefault(key, value)
+    cmd = mpirun_command(np) + [sys.executable] + list(argv)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env=full_env, cwd=cwd or ROOT, stdin=subprocess.DEVNULL)
+
+
+def mpirun_command(np):
+    """`mpirun -np NP`, plus what this MPI needs for more ranks than cores."""
     cmd = [MPIRUN, "-np", str(np)]
     if "Open MPI" in _mpi_flavour():
         cmd += ["--oversubscribe"]
-        full_env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        full_env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    cmd += [sys.executable] + list(argv)
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env=full_env, cwd=cwd or ROOT, stdin=subprocess.DEVNULL)
+    return cmd
+
+
+def mpi_env():
+    """Environment a test job needs with this MPI: Open MPI refuses root
+    without two variables, and more ranks than cores unless told (the
+    variables reach mpirun calls in scripts too: bin/)."""
+    if "Open MPI" not in _mpi_flavour():
+        return {}
+    return {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+            "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe",   # Open MPI 5
+            "OMPI_MCA_rmaps_base_oversubscribe": "1"}                    # Open MPI 4
 
 
 def psgd_train(np, *flags, timeout=120, env=None, cwd=None):

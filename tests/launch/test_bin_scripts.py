@@ -6,13 +6,14 @@ import sys
 import pytest
 
 from kaldi_corpus import write_corpus
-from launch_util import MPIRUN, ROOT
+from launch_util import MPIRUN, ROOT, mpi_env
 
 pytestmark = pytest.mark.timeout(300)
 
 
 def run_script(name, *args, timeout=240):
-    env = dict(os.environ, PSGD_PYTHON=sys.executable, PSGD_MPIRUN=MPIRUN,
+    env = dict(os.environ, **mpi_env())
+    env.update(PSGD_PYTHON=sys.executable, PSGD_MPIRUN=MPIRUN,
                PYTHONPATH=ROOT, PSGD_BACKEND="numpy",
                PSGD_CACHE_DIR=os.path.join(ROOT, ".cache"))
     return subprocess.run(["bash", os.path.join(ROOT, "bin", name)] + list(args),

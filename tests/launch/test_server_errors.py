@@ -10,6 +10,8 @@ import textwrap
 
 import pytest
 
+from launch_util import mpi_env, mpirun_command
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MPIRUN = os.path.join(os.path.dirname(sys.executable), "mpirun")
 
@@ -45,11 +47,12 @@ def launch(np_, body, hook=True):
     code = PRELUDE + ("mpi.abort_on_error()\n" if hook else "") + textwrap.dedent(body)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_"))}
+    env.update(mpi_env())
     env["PYTHONPATH"] = REPO
     env["PSGD_BACKEND"] = "numpy"
     env.pop("PSGD_TRACEBACK", None)
     try:
-        proc = subprocess.run([MPIRUN, "-np", str(np_), sys.executable, "-c", code],
+        proc = subprocess.run(mpirun_command(np_) + [sys.executable, "-c", code],
                               cwd=REPO, env=env, capture_output=True, text=True, timeout=90)
     except subprocess.TimeoutExpired as exc:
         pytest.fail("the job hung: %s" % (exc.stderr or b"")[-2000:])
