@@ -3,6 +3,7 @@ the chosen algorithm; rank 0 serves under a server algorithm. Epochs end
 together: the workers fold in their last block (stop), the held-out set is
 evaluated in shares on every rank, and rank 0 logs and writes the model."""
 import time
+import warnings
 
 import numpy as np
 from mpi4py import MPI
@@ -208,14 +209,17 @@ class Trainer:
             if gradients_averaged:
                 frames = self.guard.check(g, frames)
                 self.watchdog.enter(epoch, self.sync.syncs)
-                sync.synchronize(frames)
+                more = sync.synchronize(frames)
                 self.watchdog.leave()
+                if not more:
+                    return self._ended_early(epoch, loss_sum, frames_seen)
                 opt.step(w, g)
             else:
                 opt.step(w, g)
                 since += frames
                 if since >= self.sync_period:
-                    self._sync(epoch, since)
+                    if not self._sync(epoch, since):
+                        return self._ended_early(epoch, loss_sum, frames_seen)
                     since = 0
             progress.update(epoch, self.args.epochs, batches.position, len(batches),
                             loss_sum / max(frames_seen, 1))
@@ -232,9 +236,18 @@ class Trainer:
     def _sync(self, epoch, n_k):
         n_k = self.guard.check(self.net.param_buffer.data, n_k)
         self.watchdog.enter(epoch, self.sync.syncs)
-        self.sync.synchronize(n_k)
+        more = self.sync.synchronize(n_k)
         self.watchdog.leave()
         self._after_sync()
+        return more
+
+    @staticmethod
+    def _ended_early(epoch, loss_sum, frames_seen):
+        """synchronize said all are done while this worker had data left: every
+        worker still training dropped (--skip-nonfinite) at the same sync."""
+        warnings.warn("epoch %d ends early: every worker still training dropped its "
+                      "contribution to the same sync" % (epoch + 1))
+        return loss_sum, frames_seen
 
     def _after_sync(self):
         if getattr(self.sync, "reset_local_state", False):

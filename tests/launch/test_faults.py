@@ -256,6 +256,23 @@ def test_skip_nonfinite_drops_counts_and_ends_finite(driver, tmp_path, algo):
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("algo", ["bsp", "syncgrad"])
+def test_the_last_worker_training_drops_its_last_contribution(driver, tmp_path, algo):
+    """16 examples over 3 workers: 6, 5, 5 minibatches of one. Rank 0's sixth
+    is alone in its sync and dropped: a sum of zero samples must not read as
+    "all done" to rank 0 while the others have left the epoch (it hung)."""
+    out = str(tmp_path / "m.npz")
+    result, _ = faulty(driver, 3, {"what": "nan", "rank": 0, "epoch": 0, "step": 6},
+                       "--algo", algo, "--model", "mlp", "--hidden", "8", "--num-samples", "20",
+                       "--minibatch-size", "1", "--sync-period", "1", "--epochs", "2",
+                       "--skip-nonfinite", "--out", out, timeout=40)
+    assert result.returncode == 0, result.stderr
+    assert lines(result.stderr, "rank 0: epoch 1 ends early: every worker still training "
+                                "dropped its contribution to the same sync"), result.stderr
+    assert all(np.isfinite(a).all() for a in model_arrays(out).values())
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("algo", ["easgd", "asgd"])
 def test_a_dropped_contribution_leaves_the_center_alone(driver, tmp_path, algo):
     """One worker, NaN at every step: every sync is dropped, and the center
