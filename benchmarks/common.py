@@ -120,6 +120,15 @@ def load_json(name):
         return json.load(f)
 
 
+def image(alt, name):
+    """A Markdown image of results/NAME when the plot was drawn, else a note
+    (plots need matplotlib, which psgd itself does not)."""
+    path = result_path(name)
+    if os.path.exists(path):
+        return "![%s](%s)" % (alt, rel(path))
+    return "_(no plot: matplotlib is not installed; `pip install matplotlib` draws them)_"
+
+
 def rel(path):
     """A path relative to the repo root (how BENCHMARKS.md links it)."""
     return os.path.relpath(path, ROOT)

@@ -104,8 +104,7 @@ def report(data):
         md.append("")
     _plot(runs)
     for what in ("samples", "wall"):
-        md.append("![accuracy vs %s](%s)" % (what, common.rel(
-            common.result_path("convergence_%s.png" % what))))
+        md.append(common.image("accuracy vs %s" % what, "convergence_%s.png" % what))
     return common.Section("Convergence at 4 workers", "\n".join(md),
                           ["accuracy gap to 1 worker at %dk samples: %s" % (
                               budgets[-1] // 1000, ", ".join(heads))], data)

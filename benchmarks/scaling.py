@@ -190,8 +190,9 @@ def report(results, errors=None):
         return common.Section("Throughput and scaling", "No run succeeded: " + "; ".join(
             "%s: `%s`" % kv for kv in (errors or {}).items()), ["scaling: failed"], None)
     any_r = results[0]
-    md = ["Default trainer settings (Adam, minibatch 32, sync every 4 minibatches; "
-          "syncgrad every minibatch) on MNIST-1D, CNN with channels %s and hidden %s "
+    md = ["The trainer's defaults for each algorithm (Adam, minibatch 32, a sync every 4 "
+          "minibatches unless the trainer picks otherwise: see the syncs column) on "
+          "MNIST-1D, CNN with channels %s and hidden %s "
           "(%d parameters), one epoch over %d training samples split across the workers. "
           "Throughput = all workers' samples / the slowest rank's wall time; each "
           "configuration ran twice (the second round in reverse order) and keeps its faster "
@@ -214,7 +215,7 @@ def report(results, errors=None):
         md.append("- %s did not run: `%s`" % (what, err))
     _plot(by, algos)
     md.append("")
-    md.append("![scaling](%s)" % common.rel(common.result_path("scaling.png")))
+    md.append(common.image("scaling", "scaling.png"))
     return common.Section("Throughput and scaling", "\n".join(md),
                           ["throughput speed-up, " + "; ".join(heads)], results)
 

@@ -206,7 +206,8 @@ def report(data, sizes):
                      _pct(sp["server_cpu_share"]) if sp else "-"]
             rows.append(cells)
             if size >= 10 ** 6:
-                worst[algo] = max(worst.get(algo, 0), g["ratio"])
+                if g["ratio"] > worst.get(algo, (0,))[0]:
+                    worst[algo] = (g["ratio"], g["floor"], size)
     headers = ["algo", "parameters", "bytes", "bare (tight)", "psgd/bare (tight)",
                "bare (gap)", "psgd/bare (gap)", "floor (gap)", "worker gap", "server CPU / sync",
                "server busy / sync", "server idle", "server CPU share", "bare server CPU share",
@@ -227,9 +228,11 @@ def report(data, sizes):
           "%.2fx target at 1e6 parameters and up." % TARGET, "",
           common.table(headers, rows), ""]
     _plot(by, sizes)
-    md.append("![server round trip](%s)" % common.rel(common.result_path("server_roundtrip.png")))
-    heads = ["server round trip (gap mode), worst ratio at >= 1e6 parameters: " + ", ".join(
-        "%s %.3fx" % (a, worst[a]) for a in ALGOS if a in worst)]
+    md.append(common.image("server round trip", "server_roundtrip.png"))
+    heads = ["server round trip / bare exchange (gap mode), worst case at >= 1e6 parameters "
+             "(its floor in brackets): " + ", ".join("%s %.2fx (%.2f) at %s" % (
+                 a, worst[a][0], worst[a][1], common.fmt_size(worst[a][2]))
+                 for a in ALGOS if a in worst)]
     shares = [by[k]["server_cpu_share"] for k in by if k[2] == "gap"
               and by[k]["server_cpu_share"] is not None]
     if shares:

@@ -196,8 +196,8 @@ def report(runs, sizes):
                 mark = "" if m == "kaldi" or size < 10 ** 6 or r["ratio"] <= TARGET else " (!)"
                 floor = "" if r.get("floor") is None else " (%.2f)" % r["floor"]
                 cells.append("%.3fx%s%s" % (r["ratio"], floor, mark))
-                if m != "kaldi" and size >= 10 ** 6:
-                    worst[m] = max(worst.get(m, 0), r["ratio"])
+                if m != "kaldi" and size >= 10 ** 6 and r["ratio"] > worst.get(m, (0,))[0]:
+                    worst[m] = (r["ratio"], r["floor"], run["np"], size)
             rows.append(cells)
     md = ["Median time of one `synchronize` divided by the median time of a bare "
           "`Allreduce(IN_PLACE)` of the same bytes, measured interleaved in the same job "
@@ -231,9 +231,11 @@ def report(runs, sizes):
                                nrows))
         md.append("")
     _plot(auto, sizes)
-    md.append("![sync overhead](%s)" % common.rel(common.result_path("sync_overhead.png")))
-    heads = ["sync overhead, worst ratio at >= 1e6 parameters: " + ", ".join(
-        "%s %.3fx" % (m, worst[m]) for m in ALGOS if m in worst)]
+    md.append(common.image("sync overhead", "sync_overhead.png"))
+    heads = ["sync / bare Allreduce, worst case at >= 1e6 parameters (its floor in "
+             "brackets): " + ", ".join("%s %.2fx (%.2f) at np %d, %s" % (
+                 m, worst[m][0], worst[m][1], worst[m][2], common.fmt_size(worst[m][3]))
+                 for m in ALGOS if m in worst)]
     return common.Section("Synchronization overhead against raw MPI", "\n".join(md), heads, runs)
 
 
