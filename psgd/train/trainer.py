@@ -167,7 +167,7 @@ class Trainer:
             self.optimizer.lr = self.schedule.lr
             if self.is_server:
                 self.watchdog.serve(epoch, self.sync.syncs)
-                self.sync.run()
+                self._add_server_stats(self.sync.run())
                 train = (0.0, 0)
             else:
                 train = self.train_epoch(epoch, progress)
@@ -183,6 +183,17 @@ class Trainer:
         self.watchdog.close()
         self.finish()
         return row
+
+    def _add_server_stats(self, stats):
+        """Sum the server's ServerStats over the epochs' run() calls."""
+        total = getattr(self, "server_stats", None)
+        if total is None:
+            self.server_stats = dict(syncs=0, samples=0, busy_s=0.0, idle_s=0.0, wall_s=0.0,
+                                     cpu_s=0.0)
+            total = self.server_stats
+        for key in total:
+            total[key] += getattr(stats, key)
+        total["syncs"], total["samples"] = stats.syncs, stats.samples  # these are running totals
 
     def begin_epoch(self, epoch):
         if epoch > self.start_epoch:
@@ -335,6 +346,13 @@ class Trainer:
 
     def finish(self):
         """The final model: rank 0's (w_g, or the server's center)."""
+        stats = getattr(self, "server_stats", None)
+        if stats and self.say:
+            kaldi_log("server: %d syncs served, %d samples; busy %.2fs, idle %.2fs of %.2fs, "
+                      "CPU %.0f%% of its wall time" % (
+                          stats["syncs"], stats["samples"], stats["busy_s"], stats["idle_s"],
+                          stats["wall_s"], 100 * stats["cpu_s"] / max(stats["wall_s"], 1e-9)),
+                      "finish")
         dropped = self.comm.allreduce(self.guard.dropped, op=MPI.SUM)
         if dropped and self.main:  # even with --quiet: the model lacks their work
             kaldi_log("dropped %d non-finite contribution(s) (--skip-nonfinite)" % dropped)
