@@ -94,7 +94,7 @@ class Watchdog:
         self.thread.start()
 
     def _set(self, phase, epoch, sync_no):
-        # One tuple assignment: the thread never reads a half-updated status.
+        # The thread may read a mix of old and new fields: its next read is whole.
         self.phase, self.epoch, self.sync_no, self.since = phase, epoch, sync_no, time.time()
 
     def enter(self, epoch, sync_no):

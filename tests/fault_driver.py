@@ -1,0 +1,110 @@
+"""The fault driver of tests/launch/test_faults.py, copied into each test's
+tmp_path and run under mpirun:
+
+    python fault_driver.py FAULT_JSON [psgd-train flags...]
+
+It monkeypatches the trainer so that one rank misbehaves (raises, sleeps,
+writes NaN, dies while writing a checkpoint) at a given epoch and step,
+then runs the real CLI, psgd.worker.main. psgd itself has no test hooks.
+FAULT keys: what (raise | sleep | nan | kill-in-save), rank, epoch, step,
+every (nan from `step` on), seconds (sleep), sync (the easgd server fails
+or sleeps at that sync instead), pace (seconds slept at every epoch start,
+all ranks), dump (a folder: each rank writes digests of its parameters at
+every step)."""
+import hashlib
+import json
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import psgd.worker
+from psgd.algorithms import easgd
+from psgd.nnet import Network
+from psgd.train.trainer import Trainer
+
+FAULT = json.loads(sys.argv[1])
+RANK = MPI.COMM_WORLD.Get_rank()
+WHAT = FAULT.get("what")
+MINE = RANK == FAULT.get("rank")
+at = {"epoch": -1, "step": 0}
+
+
+def strike(net=None):
+    if WHAT == "raise":
+        raise RuntimeError("injected fault")
+    if WHAT == "sleep":
+        time.sleep(FAULT.get("seconds", 3600))
+    elif WHAT == "nan":
+        net.grad_buffer.data[0] = np.nan
+
+
+train_epoch = Trainer.train_epoch
+
+
+def paced_train_epoch(self, epoch, progress):
+    at["epoch"], at["step"] = epoch, 0
+    time.sleep(FAULT.get("pace", 0))     # slower epochs, same numbers
+    return train_epoch(self, epoch, progress)
+
+
+loss_and_grad = Network.loss_and_grad
+
+
+seen = []       # a digest of the parameters at every step
+
+
+def faulty_loss_and_grad(self, *args, **kwargs):
+    if FAULT.get("dump"):
+        seen.append(hashlib.sha1(self.param_buffer.data.tobytes()).hexdigest())
+    loss = loss_and_grad(self, *args, **kwargs)
+    at["step"] += 1
+    if MINE and at["epoch"] == FAULT.get("epoch", 0) and (
+            at["step"] == FAULT.get("step", 1)
+            or (FAULT.get("every") and at["step"] >= FAULT.get("step", 1))):
+        strike(self)
+    return loss
+
+
+serve = easgd.EasgdServer.serve
+
+
+def faulty_serve(self, rank):
+    if MINE and self.syncs == FAULT.get("sync", 1):
+        strike()
+    return serve(self, rank)
+
+
+replace = os.replace
+
+
+def dying_replace(src, dst):
+    """Half of this rank's checkpoint file is written, not yet renamed: die."""
+    if "epoch-%04d" % FAULT["epoch"] in dst and os.path.basename(dst).startswith("rank-"):
+        with open(src, "r+b") as f:
+            f.truncate(os.path.getsize(src) // 2)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return replace(src, dst)
+
+
+finish = Trainer.finish
+
+
+def dumping_finish(self):
+    with open(os.path.join(FAULT["dump"], "rank-%d.json" % RANK), "w") as f:
+        json.dump(seen, f)
+    return finish(self)
+
+
+Trainer.train_epoch = paced_train_epoch
+Network.loss_and_grad = faulty_loss_and_grad
+if FAULT.get("sync"):
+    easgd.EasgdServer.serve = faulty_serve
+if WHAT == "kill-in-save" and MINE:
+    os.replace = dying_replace
+if FAULT.get("dump"):
+    Trainer.finish = dumping_finish
+sys.exit(psgd.worker.main(sys.argv[2:]))
