@@ -26,7 +26,26 @@ def _kaldiio():
     except ImportError:
         raise UsageError("reading Kaldi data needs the kaldiio package: pip install kaldiio") \
             from None
+    # kaldiio unpickles an archive entry tagged PKL, running whatever code it
+    # names: a file a user gives us is only ever read.
+    kaldiio.matio.pickle = _NoPickle
     return kaldiio
+
+
+class _Pickled(ValueError):
+    pass
+
+
+class _NoPickle:
+    """Stands in for the pickle module inside kaldiio.matio."""
+
+    @staticmethod
+    def load(*args, **kwargs):
+        raise _Pickled()
+
+    @staticmethod
+    def dump(*args, **kwargs):
+        raise _Pickled()
 
 
 _CORRUPT = (struct.error, ValueError, AssertionError, EOFError, RuntimeError,
@@ -37,7 +56,9 @@ def kaldi_error(where, exc):
     """The UsageError (one line) for an exception raised while reading `where`."""
     if isinstance(exc, UsageError):
         return exc
-    if isinstance(exc, FileNotFoundError):
+    if isinstance(exc, _Pickled):
+        problem = "a pickled Python object, which psgd never loads (Kaldi matrices only)"
+    elif isinstance(exc, FileNotFoundError):
         problem = "no such file %r" % (exc.filename,) if exc.filename else "no such file"
     elif isinstance(exc, IsADirectoryError):
         problem = "is a directory, not a file"
