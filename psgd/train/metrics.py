@@ -73,3 +73,22 @@ class Progress:
         if self.on:
             sys.stderr.write("\n")
             sys.stderr.flush()
+
+
+class ServerTotals:
+    """The server's ServerStats summed over the epochs' run() calls."""
+
+    def __init__(self):
+        self.syncs = self.samples = 0
+        self.busy_s = self.idle_s = self.wall_s = self.cpu_s = 0.0
+
+    def add(self, stats):
+        for key in ("busy_s", "idle_s", "wall_s", "cpu_s"):
+            setattr(self, key, getattr(self, key) + getattr(stats, key))
+        self.syncs, self.samples = stats.syncs, stats.samples  # running totals already
+
+    def line(self):
+        return ("server: %d syncs served, %d samples; busy %.2fs, idle %.2fs of %.2fs, "
+                "CPU %.0f%% of its wall time" % (self.syncs, self.samples, self.busy_s,
+                                                 self.idle_s, self.wall_s,
+                                                 100 * self.cpu_s / max(self.wall_s, 1e-9)))

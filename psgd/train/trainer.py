@@ -18,12 +18,9 @@ from . import checkpoint as ckpt
 from . import model_io
 from .data_setup import combine, read_local
 from .faults import FiniteGuard, Watchdog
-from .metrics import MetricsLog, Progress, kaldi_epoch_lines, kaldi_log
-from .options import algorithm_options
+from .metrics import MetricsLog, Progress, ServerTotals, kaldi_epoch_lines, kaldi_log
+from .options import algorithm_options, default_lr, default_sync_period
 from .schedule import Schedule
-
-DEFAULT_LR = {"sgd": 0.05, "momentum": 0.02, "nesterov": 0.02, "adagrad": 0.02,
-              "adadelta": 1.0, "rmsprop": 1e-3, "adam": 2e-3}
 
 
 class Trainer:
@@ -42,6 +39,7 @@ class Trainer:
         self.main = self.rank == 0
         self.say = self.main and not args.quiet
         self.start_epoch, self.samples, self.best = 0, 0, None
+        self.server_totals = ServerTotals()
         self.wall_offset = 0.0
 
     # set-up ------------------------------------------------------------------------
@@ -106,7 +104,7 @@ class Trainer:
                              "dtype": str(self.net.dtype)}
         if args.init:
             self.net.load_state_dict(arrays)
-        lr = args.lr if args.lr is not None else self._default_lr()
+        lr = args.lr if args.lr is not None else default_lr(args, self.num_workers)
         opt_options = {"lr": lr, "weight_decay": args.weight_decay or None,
                        "clip": args.clip or None}
         if args.optimizer in ("momentum", "nesterov"):
@@ -114,7 +112,7 @@ class Trainer:
         self.optimizer = create_optimizer(args.optimizer, **opt_options)
         self.schedule = Schedule(args.lr_schedule, lr, args.lr_decay, args.newbob_start,
                                  args.newbob_end, args.newbob_factor)
-        self.sync_period = args.sync_period or self._default_sync_period()
+        self.sync_period = args.sync_period or default_sync_period(args)
         if (data.y_eval.size and int(data.y_eval.max()) >= data.num_classes) or \
                 (data.y_train.size and int(data.y_train.max()) >= data.num_classes):
             raise UsageError("labels go up to %d but the model has %d outputs" % (
@@ -122,21 +120,6 @@ class Trainer:
                 data.num_classes))
         self.x_train, self.y_train = xp.asarray(data.x_train), xp.asarray(data.y_train)
         self.x_eval, self.y_eval = xp.asarray(data.x_eval), xp.asarray(data.y_eval)
-
-    def _default_lr(self):
-        """asgd adds every worker's delta to the center at full gain, so the
-        center moves N times as fast as one worker's optimizer: its default
-        local rate is divided by N (measured: the undivided rate left asgd
-        at 25-83% at np 5 on MNIST-1D, divided 92-93%)."""
-        lr = DEFAULT_LR.get(self.args.optimizer, 0.01)
-        return lr / self.num_workers if self.args.algo == "asgd" else lr
-
-    def _default_sync_period(self):
-        """masgd's server momentum smears each delta over the worker's later
-        syncs; fewer, larger blocks keep that stable (measured at np 5: 18-44%
-        with 4 minibatches per block, 85-91% with 16)."""
-        blocks = 16 if self.args.algo == "masgd" else 4
-        return blocks * self.args.minibatch_size
 
     def _announce(self):
         d, a = self.data, self.args
@@ -167,7 +150,7 @@ class Trainer:
             self.optimizer.lr = self.schedule.lr
             if self.is_server:
                 self.watchdog.serve(epoch, self.sync.syncs)
-                self._add_server_stats(self.sync.run())
+                self.server_totals.add(self.sync.run())
                 train = (0.0, 0)
             else:
                 train = self.train_epoch(epoch, progress)
@@ -183,17 +166,6 @@ class Trainer:
         self.watchdog.close()
         self.finish()
         return row
-
-    def _add_server_stats(self, stats):
-        """Sum the server's ServerStats over the epochs' run() calls."""
-        total = getattr(self, "server_stats", None)
-        if total is None:
-            self.server_stats = dict(syncs=0, samples=0, busy_s=0.0, idle_s=0.0, wall_s=0.0,
-                                     cpu_s=0.0)
-            total = self.server_stats
-        for key in total:
-            total[key] += getattr(stats, key)
-        total["syncs"], total["samples"] = stats.syncs, stats.samples  # these are running totals
 
     def begin_epoch(self, epoch):
         if epoch > self.start_epoch:
@@ -346,13 +318,8 @@ class Trainer:
 
     def finish(self):
         """The final model: rank 0's (w_g, or the server's center)."""
-        stats = getattr(self, "server_stats", None)
-        if stats and self.say:
-            kaldi_log("server: %d syncs served, %d samples; busy %.2fs, idle %.2fs of %.2fs, "
-                      "CPU %.0f%% of its wall time" % (
-                          stats["syncs"], stats["samples"], stats["busy_s"], stats["idle_s"],
-                          stats["wall_s"], 100 * stats["cpu_s"] / max(stats["wall_s"], 1e-9)),
-                      "finish")
+        if self.is_server and self.say:
+            kaldi_log(self.server_totals.line(), "finish")
         dropped = self.comm.allreduce(self.guard.dropped, op=MPI.SUM)
         if dropped and self.main:  # even with --quiet: the model lacks their work
             kaldi_log("dropped %d non-finite contribution(s) (--skip-nonfinite)" % dropped)
