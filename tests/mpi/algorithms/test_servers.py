@@ -13,32 +13,9 @@ import psgd
 import reference
 from psgd import mpi
 from psgd.algorithms.server import ProtocolError
+from server_plans import SHAPES, SIZE, initial, local, plan, x0
 
 pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.timeout(60)]
-
-SHAPES = [(3, 4), (0,), (5,), (2, 1, 3)]
-SIZE = sum(int(np.prod(s)) for s in SHAPES)
-# worker kind -> (n_k of each synchronize, n_k passed to stop)
-PLANS = {"many": ([3, 5, 2, 7, 4], 6), "never": ([], 0), "once": ([4], 0),
-         "push_at_stop": ([], 5)}
-KINDS = ["many", "never", "once", "push_at_stop"]
-
-
-def plan(k):
-    return PLANS[KINDS[(k - 1) % len(KINDS)]]
-
-
-def initial(k):
-    return [np.random.default_rng(k).standard_normal(s) for s in SHAPES]
-
-
-def x0():
-    return np.concatenate([a.ravel() for a in initial(0)])
-
-
-def local(k, t):
-    """The deterministic 'training' worker k does before its t-th sync."""
-    return 0.1 * np.random.default_rng(1000 * k + t).standard_normal(SIZE)
 
 
 def share_log(comm, obj):
@@ -388,29 +365,3 @@ def test_a_failing_server_update_stops_every_worker(comm):
                 obj.synchronize(1)
     assert comm.allreduce(1) == comm.size
 
-
-def test_rounds_one_run_per_epoch(comm):
-    """The trainer's epochs: stop() and run() end a round, begin_round() on
-    every rank opens the next; asgd with alpha 1 adds every delta exactly."""
-    obj = psgd.create("asgd", initial(0), comm=comm, alpha=1.0)
-    flat = obj.buffer.data
-    for rnd in range(3):
-        if rnd:
-            obj.begin_round()
-        if obj.role == "server":
-            stats = obj.run()
-            assert stats.syncs == 2 * (rnd + 1) * (comm.size - 1)
-        else:
-            for t in range(2):
-                flat += local(comm.rank, 10 * rnd + t)
-                obj.synchronize(1)
-            obj.stop(0)
-    if obj.role == "server":
-        expected = x0() + sum(local(k, 10 * rnd + t) for k in range(1, comm.size)
-                              for rnd in range(3) for t in range(2))
-        np.testing.assert_allclose(flat, expected, rtol=1e-12, atol=1e-12)
-        with pytest.raises(psgd.UsageError, match="begin_round"):
-            obj.run()
-    else:
-        with pytest.raises(psgd.UsageError, match="begin_round"):
-            obj.synchronize(1)
