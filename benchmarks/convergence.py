@@ -94,7 +94,7 @@ def report(data):
           "budget (4 workers share %d cores: see the scaling section); `syncs` the "
           "synchronizations of a worker by then. %d epochs of %d samples, default CNN, "
           "Adam, minibatch 32; every run uses the trainer's defaults for its algorithm "
-          "(`python -m psgd.worker --help`, psgd/train/trainer.py: a sync every 4 "
+          "(`python -m psgd.worker --help`, psgd/train/options.py: a sync every 4 "
           "minibatches unless the trainer chooses otherwise for the algorithm)." % (
               os.cpu_count() or 1, epochs, per_epoch), "",
           common.table(headers, rows), ""]

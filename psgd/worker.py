@@ -10,9 +10,8 @@ from mpi4py import MPI
 
 from . import mpi
 from .errors import UsageError
-from .train import Trainer, parse_args
+from .train import parse_args, run
 from .train.faults import NonFiniteError
-from .train.hybrid import HybridTrainer
 
 PROG = "psgd-train"
 
@@ -31,7 +30,7 @@ def main(argv=None):
         sys.stderr.write("%s: error: %s\n" % (PROG, exc))
         return 2
     try:
-        (HybridTrainer if args.model_parallel else Trainer)(args).run()
+        run(args)
     except (UsageError, NonFiniteError) as exc:
         if getattr(exc, "collective", False):
             sys.stderr.write("%s: error: %s\n" % (PROG, exc))

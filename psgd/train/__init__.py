@@ -4,14 +4,18 @@ from .options import build_parser, make_config, parse_args
 from .trainer import Trainer
 
 
-def train(comm=None, **options):
-    """Train from Python: `psgd.train.train(algo="bmuf", epochs=5)`; collective.
-    Returns the last epoch's metrics row."""
-    args = make_config(**options)
+def run(args, comm=None):
+    """Train with validated `args` (CLI or make_config); collective. Returns
+    the last epoch's metrics row."""
     if args.model_parallel:
         from .hybrid import HybridTrainer
         return HybridTrainer(args, comm).run()
     return Trainer(args, comm).run()
 
 
-__all__ = ["Trainer", "build_parser", "make_config", "parse_args", "train"]
+def train(comm=None, **options):
+    """Train from Python: `psgd.train.train(algo="bmuf", epochs=5)`; collective."""
+    return run(make_config(**options), comm)
+
+
+__all__ = ["Trainer", "build_parser", "make_config", "parse_args", "run", "train"]
