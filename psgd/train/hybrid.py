@@ -190,20 +190,14 @@ class HybridTrainer(Trainer):
                       schedule=self.schedule.state())
         self.checkpointer.save(epoch, arrays, header)
 
+    def _check_hybrid(self, state):
+        if "hybrid" not in state[1]:
+            raise UsageError("%s holds a checkpoint of a run without --model-parallel"
+                             % self.args.checkpoint_dir)
+
     def _resume(self):
-        error, state = None, None
-        try:
-            state = self.checkpointer.load()
-            if state is not None and "hybrid" not in state[1]:
-                raise UsageError("%s holds a checkpoint of a run without --model-parallel"
-                                 % self.args.checkpoint_dir)
-        except UsageError as exc:
-            error = exc
-        mpi.agree(self.comm, error)
-        found = self.comm.allreduce(int(state is not None), op=MPI.MIN)
-        if not found:
-            if self.say:
-                kaldi_log("no checkpoint in %s: starting afresh" % self.args.checkpoint_dir)
+        state = self._load_checkpoint(self._check_hybrid)
+        if state is None:
             return
         arrays, header = state
         self.net.load_full_state(ckpt.split(arrays, "net") if self.main else None)

@@ -342,10 +342,14 @@ class Trainer:
                       schedule=self.schedule.state())
         self.checkpointer.save(epoch, arrays, header)
 
-    def _resume(self):
+    def _load_checkpoint(self, check=None):
+        """Collective: (arrays, header) of this rank's latest checkpoint, or
+        None when some rank has none; `check(state)` may refuse it."""
         error, state = None, None
         try:
             state = self.checkpointer.load()
+            if state is not None and check is not None:
+                check(state)
         except UsageError as exc:
             error = exc
         mpi.agree(self.comm, error)
@@ -353,6 +357,12 @@ class Trainer:
         if not found:
             if self.say:
                 kaldi_log("no checkpoint in %s: starting afresh" % self.args.checkpoint_dir)
+            return None
+        return state
+
+    def _resume(self):
+        state = self._load_checkpoint()
+        if state is None:
             return
         arrays, header = state
         self.net.load_state_dict(ckpt.split(arrays, "net"))
