@@ -161,4 +161,4 @@ def report(data, sizes):
 
 
 if __name__ == "__main__":
-    print(run(quick="--quick" in sys.argv).markdown)
+    common.script_main(run)

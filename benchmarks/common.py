@@ -303,6 +303,16 @@ def child_main(fn, argv):
     fn(argv)
 
 
+def script_main(run, child=None):
+    """A benchmark run as a script: `--child ...` is one MPI rank of its
+    measurement (launched by run()), anything else runs it and prints the
+    Markdown (`--quick` for small sizes)."""
+    if child is not None and "--child" in sys.argv:
+        child_main(child, sys.argv[1:])
+    else:
+        print(run(quick="--quick" in sys.argv).markdown)
+
+
 class Section:
     """What a benchmark hands run_all: its Markdown and the headline lines."""
 

@@ -132,4 +132,4 @@ def _plot(runs):
 
 
 if __name__ == "__main__":
-    print(run(quick="--quick" in sys.argv).markdown)
+    common.script_main(run)

@@ -149,7 +149,4 @@ def report(data):
 
 
 if __name__ == "__main__":
-    if "--child" in sys.argv:
-        common.child_main(child, sys.argv[1:])
-    else:
-        print(run(quick="--quick" in sys.argv).markdown)
+    common.script_main(run, child)

@@ -273,7 +273,4 @@ def _plot(by, sizes):
 
 
 if __name__ == "__main__":
-    if "--child" in sys.argv:
-        common.child_main(child, sys.argv[1:])
-    else:
-        print(run(quick="--quick" in sys.argv).markdown)
+    common.script_main(run, child)
