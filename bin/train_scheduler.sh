@@ -1,7 +1,9 @@
 #!/bin/bash
 # Kaldi-style scheduler (after steps/nnet/train_scheduler.sh): one trainer call
 # per epoch, cross-validation after each, newbob learning-rate halving, and
-# rejection of epochs that make the held-out loss worse.
+# rejection of epochs that make the held-out loss worse. DIR ends with
+# final.npz and, in steps/nnet/train.sh's layout, final.nnet,
+# final.feature_transform and ali_train_pdf.counts.
 #
 #   bin/train_scheduler.sh [--np 4] [--algo bmuf] [--lr 0.002] [--max-iters 20] \
 #       [--start-halving-impr 0.01] [--end-halving-impr 0.001] [--halving-factor 0.5] \
@@ -38,8 +40,12 @@ run --epochs 0 --out "$best" "$@" > "$dir/log/init.log" 2>&1
 run --cross-validate --init "$best" "$@" > "$dir/log/prerun.cv.log" 2>&1
 loss=$(loss_of "$dir/log/prerun.cv.log")
 echo "CROSSVAL PRERUN AVG.LOSS $loss, ACC $(acc_of "$dir/log/prerun.cv.log")%"
+# newbob is psgd's own (psgd/train/schedule.py), its state kept between calls
+newbob() { "$py" -m psgd.train.schedule "$dir/newbob.json" "$1" --lr "$lr" \
+             --start "$start_halving_impr" --end "$end_halving_impr" --factor "$halving_factor"; }
+rm -f "$dir/newbob.json"
+newbob "$loss" > /dev/null
 
-halving=0
 for iter in $(seq -w "$max_iters"); do
   cand="$dir/nnet/iter${iter}.npz"
   log="$dir/log/iter${iter}"
@@ -48,22 +54,21 @@ for iter in $(seq -w "$max_iters"); do
   run --cross-validate --init "$cand" "$@" > "$log.cv.log" 2>&1
   loss_new=$(loss_of "$log.cv.log")
   echo -n "ITERATION $iter: lr $lr, CROSSVAL AVG.LOSS $loss_new, ACC $(acc_of "$log.cv.log")%, "
-  if awk -v a="$loss_new" -v b="$loss" 'BEGIN{exit !(a < b)}'; then
+  step=$(newbob "$loss_new")          # a failure here stops the script (set -e)
+  read -r verdict lr done <<< "$step"
+  if [[ $verdict == accepted ]]; then
     best=$cand; echo "nnet accepted"
   else
     echo "nnet rejected"
   fi
-  # relative improvement, as in Kaldi
-  rel=$(awk -v a="$loss" -v b="$loss_new" 'BEGIN{print (a-b)/a}')
-  loss_prev=$loss
-  awk -v a="$loss_new" -v b="$loss" 'BEGIN{exit !(a < b)}' && loss=$loss_new
-  if [[ $halving == 1 ]] && awk -v r="$rel" -v e="$end_halving_impr" 'BEGIN{exit !(r < e)}'; then
-    if [[ $((10#$iter)) -gt $min_iters ]]; then
-      echo "finished, too small relative improvement $rel"; break
-    fi
+  if [[ $done == 1 && $((10#$iter)) -gt $min_iters ]]; then
+    echo "finished, too small relative improvement"; break
   fi
-  if awk -v r="$rel" -v s="$start_halving_impr" 'BEGIN{exit !(r < s)}'; then halving=1; fi
-  if [[ $halving == 1 ]]; then lr=$(awk -v l="$lr" -v f="$halving_factor" 'BEGIN{print l*f}'); fi
 done
 cp "$best" "$dir/final.npz"
 echo "final model: $dir/final.npz"
+# steps/nnet/train.sh's outputs for nnet-forward / decode.sh: final.nnet,
+# final.feature_transform, ali_train_pdf.counts (models with an nnet1 form)
+if "$py" -m psgd.kaldi convert "$dir/final.npz" "$dir/final.nnet"; then
+  echo "final nnet1 model: $dir/final.nnet, $dir/final.feature_transform, $dir/ali_train_pdf.counts"
+fi

@@ -1,7 +1,7 @@
 """Array backend: NumPy on the host, CuPy on a GPU.
 
 `get_backend("auto")` picks CuPy when it imports and sees a device, NumPy
-otherwise; `PSGD_BACKEND` overrides the argument. The GPU is chosen by the
+otherwise; without a name, `PSGD_BACKEND` (default auto) names it. The GPU is chosen by the
 rank's local (per-node) rank, or from an explicit device-id list.
 """
 import os
@@ -45,17 +45,45 @@ class Backend:
 NUMPY = Backend(np)
 
 
+# The device modules: CuPy and cupyx, or stand-ins with their interface (the
+# test suite's simulated device, tests/simcupy) given to use_device_modules.
+_device_modules = None
+
+
+def use_device_modules(cupy_like=None, cupyx_like=None):
+    """Run the cupy backend on these modules instead of CuPy (None: CuPy
+    again); returns the previous pair."""
+    global _device_modules
+    previous = _device_modules
+    _device_modules = None if cupy_like is None else (cupy_like, cupyx_like)
+    return previous
+
+
+def cupy_module():
+    if _device_modules is not None:
+        return _device_modules[0]
+    import cupy
+    return cupy
+
+
+def empty_pinned(shape, dtype):
+    """A page-locked host array (the mirror staged MPI goes through)."""
+    if _device_modules is not None:
+        return _device_modules[1].empty_pinned(shape, dtype=dtype)
+    import cupyx
+    return cupyx.empty_pinned(shape, dtype=dtype)
+
+
 def array_module(array):
     """numpy or cupy, whichever owns `array` (no CuPy import for NumPy arrays)."""
     if isinstance(array, np.ndarray) or np.isscalar(array):
         return np
-    import cupy
-    return cupy.get_array_module(array)
+    return cupy_module().get_array_module(array)
 
 
 def _cupy_with_devices():
     try:
-        import cupy
+        cupy = cupy_module()
         if cupy.cuda.runtime.getDeviceCount() > 0:
             return cupy
     except Exception:  # no CuPy, no driver, or no device: all mean "no GPU"

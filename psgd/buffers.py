@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from .backend import array_module
+from .backend import array_module, empty_pinned
 
 DTYPES = (np.float32, np.float64)
 
@@ -110,24 +110,25 @@ class FlatBuffer:
         if not self.on_device:
             return self.data
         if self._host is None:
-            import cupyx
-            self._host = cupyx.empty_pinned(self.data.shape, dtype=self.data.dtype)
+            self._host = empty_pinned(self.data.shape, self.data.dtype)
         return self._host
 
-    def to_host(self, stream=None):
-        """Device -> pinned mirror; returns the mirror, ready for MPI."""
+    def to_host(self):
+        """Device -> pinned mirror; returns the mirror once the copy is done
+        (the stream discipline of psgd/mpi.py: MPI may read it at once)."""
         if self.on_device:
+            stream = self.xp.cuda.get_current_stream()
             self.data.get(stream=stream, out=self.host)
-            if stream is not None:
-                stream.synchronize()
+            stream.synchronize()
         return self.host
 
-    def from_host(self, stream=None):
-        """Pinned mirror -> device."""
+    def from_host(self):
+        """Pinned mirror -> device; returns once the copy is done, so MPI may
+        write the mirror again and kernels may read `data`."""
         if self.on_device:
+            stream = self.xp.cuda.get_current_stream()
             self.data.set(self.host, stream=stream)
-            if stream is not None:
-                stream.synchronize()
+            stream.synchronize()
 
 
 def host_copy(array):

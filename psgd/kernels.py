@@ -13,6 +13,8 @@ import os
 
 import numpy as np
 
+from .backend import cupy_module
+
 try:  # optional accelerator
     import numexpr
 except ImportError:  # pragma: no cover - depends on the environment
@@ -66,17 +68,10 @@ _kernels = {}
 
 
 def _kernel(name, in_params, out_params, body):
-    if name not in _kernels:
-        import cupy
-        _kernels[name] = cupy.ElementwiseKernel(in_params, out_params, body, "psgd_" + name)
-    return _kernels[name]
-
-
-def scale(a, factor):
-    """a *= factor, in place."""
-    if factor != 1.0:
-        a *= a.dtype.type(factor)
-    return a
+    cupy = cupy_module()
+    if (cupy, name) not in _kernels:
+        _kernels[cupy, name] = cupy.ElementwiseKernel(in_params, out_params, body, "psgd_" + name)
+    return _kernels[cupy, name]
 
 
 def lerp(a, b, alpha):
@@ -172,3 +167,30 @@ def momentum_step(x, v, d, m, alpha):
             np.multiply(vs, alpha, out=ds)
             x[s] += ds
     return x
+
+
+def delay_compensate(d, x, x_start, lam):
+    """DC-ASGD's correction of a stale delta (see algorithms/staleness.py), in place:
+        c = lam / mean(d * d)
+        d <- d - min(c * d * d, 1) * (x - x_start)
+    one reduction and one fused pass (a CuPy kernel on a GPU)."""
+    t = d.dtype.type
+    mean_square = float(d.dot(d)) / max(d.size, 1) if d.ndim == 1 else float((d * d).mean())
+    if lam == 0 or mean_square == 0.0:
+        return d
+    c = t(lam / mean_square)
+    if _on_gpu(d):
+        _kernel("delay_compensate", "T x, T xs, T c", "T d",
+                "T h = min(c * d * d, (T)1); d = d - h * (x - xs)")(x, x_start, c, d)
+        return d
+    h, u = _scratch(d), _scratch(d)
+    for s in _blocks(d, x, x_start):
+        n = d[s].size
+        hs, us = h[:n].reshape(d[s].shape), u[:n].reshape(d[s].shape)
+        np.multiply(d[s], d[s], out=hs)
+        hs *= c
+        np.minimum(hs, t(1), out=hs)
+        np.subtract(x[s], x_start[s], out=us)
+        us *= hs
+        d[s] -= us
+    return d

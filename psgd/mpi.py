@@ -2,7 +2,6 @@
 buffer-based (never pickling) exchanges of flat buffers, chunked above a
 configurable element count so buffers past MPI's int limit still go through.
 """
-import ctypes
 import hashlib
 import json
 import os
@@ -12,7 +11,9 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .errors import CollectiveError, UsageError
+from . import cuda_aware as _cuda_aware
+from .backend import array_module
+from .errors import CollectiveError, CollectiveUsageError, UsageError
 
 # Wire protocol of the server algorithms (ALGORITHMS.md).
 TAG_MSG = 0
@@ -78,10 +79,21 @@ class Node:
         self.comm.Allreduce(MPI.IN_PLACE, [self._counts, MPI.INT64_T], op=MPI.SUM)
         return int(self._counts[0]), int(self._counts[1]), int(self._counts[2])
 
-    def allreduce_scalar(self, value, op=MPI.SUM, dtype=np.float64):
-        buf = np.array([value], dtype=dtype)
-        self.comm.Allreduce(MPI.IN_PLACE, buf, op=op)
-        return buf[0].item()
+
+class Closeable:
+    """Mixin: an object holding communicators it frees in close()
+    (collective); `with obj:` closes it when the block ends normally. After
+    an error some rank may never reach close(): MPI_Finalize cleans up then."""
+
+    def close(self):
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, tb):
+        if kind is None:
+            self.close()
 
 
 # Chunked, buffer-based calls on host arrays ---------------------------------
@@ -112,28 +124,65 @@ def Sendrecv(comm, send, recv, peer, tag=TAG_MODEL):
                       recvbuf=recv[lo:hi], source=peer, recvtag=tag)
 
 
-# CUDA-aware MPI ---------------------------------------------------------------
-_ENV_HINTS = (("OMPI_MCA_opal_cuda_support", "true"), ("MV2_USE_CUDA", "1"),
-              ("MPICH_GPU_SUPPORT_ENABLED", "1"))
+def Isend(comm, array, dest, tag=TAG_MODEL):
+    return [comm.Isend(array[lo:hi], dest=dest, tag=tag) for lo, hi in _chunks(array.size)]
 
 
-def cuda_aware():
-    """Whether MPI may be handed device pointers. PSGD_CUDA_AWARE=0|1 forces
-    it; otherwise ask the library (MPIX_Query_cuda_support) or its env hints."""
-    forced = os.environ.get("PSGD_CUDA_AWARE")
-    if forced is not None and forced != "":
-        return forced.lower() in ("1", "true", "yes", "on")
-    try:
-        query = ctypes.CDLL(None).MPIX_Query_cuda_support
-        return bool(query())
-    except (AttributeError, OSError):
-        pass
-    return any(os.environ.get(k, "").lower() == v for k, v in _ENV_HINTS)
+def Irecv(comm, array, source, tag=TAG_MODEL):
+    return [comm.Irecv(array[lo:hi], source=source, tag=tag) for lo, hi in _chunks(array.size)]
+
+
+# CUDA-aware MPI: decided once per process (psgd/cuda_aware.py).
+cuda_aware = _cuda_aware.cuda_aware
+
+
+# The stream discipline: the one place where device memory meets MPI ----------
+# Kernels and copies run asynchronously on the current stream. Two rules keep
+# MPI and the device from racing, and they are kept here and nowhere else:
+#   1. Before MPI touches a device buffer (CUDA-aware) or its pinned mirror
+#      (staged), all work that writes or reads it has completed: the stream is
+#      synchronized before `data` goes to MPI, and a copy to or from the mirror
+#      returns only once it is done (FlatBuffer.to_host/from_host wait).
+#   2. After a receive, the stage-in (mirror -> device) has completed before
+#      the request says it is done, so whoever reads the buffer next reads
+#      what arrived.
+# Algorithms use Exchange (blocking calls, or isend/irecv and a Request's
+# wait()); they never synchronize, stage or chunk by themselves.
+def device_ready(array):
+    """Rule 1 for an array MPI is about to get: wait for the device's work."""
+    if not isinstance(array, np.ndarray):
+        array_module(array).cuda.get_current_stream().synchronize()
+    return array
+
+
+class Request:
+    """MPI requests of one chunked transfer; wait() completes the transfer
+    and then its stage-in (rule 2). `requests` may be waited on alongside
+    others (Waitany); wait() afterwards only does what is left."""
+
+    def __init__(self, requests, stage_in=None):
+        self.requests = list(requests)
+        self._stage_in = stage_in
+
+    def wait(self):
+        MPI.Request.Waitall(self.requests)
+        stage_in, self._stage_in = self._stage_in, None
+        if stage_in is not None:
+            stage_in()
+
+    def cancel(self):
+        """Withdraw a receive: nothing is staged in."""
+        self._stage_in = None
+        for request in self.requests:
+            if request != MPI.REQUEST_NULL:
+                request.Cancel()
+        MPI.Request.Waitall(self.requests)
 
 
 class Exchange:
     """Runs MPI on a FlatBuffer: straight on `data` on the host or with
-    CUDA-aware MPI, otherwise staged through the buffer's pinned mirror."""
+    CUDA-aware MPI, otherwise staged through the buffer's pinned mirror;
+    every call keeps the stream discipline above."""
 
     def __init__(self, comm, buffer, direct=None):
         self.comm = comm
@@ -142,41 +191,50 @@ class Exchange:
             direct = (not buffer.on_device) or cuda_aware()
         self.direct = direct
 
-    def _stage_out(self):
+    def _readable(self):
+        """The array MPI may read: the model as the device last wrote it."""
         if self.direct:
-            if self.buffer.on_device:
-                self.buffer.xp.cuda.get_current_stream().synchronize()
-            return self.buffer.data
+            return device_ready(self.buffer.data)
         return self.buffer.to_host()
 
-    def _stage_in(self):
+    def _writable(self):
+        """The array MPI may write: nothing on the device still uses it."""
+        if self.direct:
+            return device_ready(self.buffer.data)
+        return self.buffer.host
+
+    def _received(self):
         if not self.direct:
             self.buffer.from_host()
 
+    # blocking -------------------------------------------------------------------
     def allreduce(self):
-        Allreduce(self.comm, self._stage_out())
-        self._stage_in()
+        Allreduce(self.comm, self._readable())
+        self._received()
 
     def bcast(self, root=MAIN_RANK):
-        Bcast(self.comm, self._stage_out(), root)
-        self._stage_in()
+        Bcast(self.comm, self._readable(), root)
+        self._received()
 
     def send(self, dest, tag=TAG_MODEL):
-        Send(self.comm, self._stage_out(), dest, tag)
+        Send(self.comm, self._readable(), dest, tag)
 
     def recv(self, source, tag=TAG_MODEL):
-        array = self.buffer.data if self.direct else self.buffer.host
-        Recv(self.comm, array, source, tag)
-        self._stage_in()
+        Recv(self.comm, self._writable(), source, tag)
+        self._received()
 
     def sendrecv(self, peer, received, tag=TAG_MODEL):
         """Send this buffer to `peer` and receive its buffer into `received`
         (another Exchange of the same layout)."""
-        Sendrecv(self.comm, self._stage_out(), received._landing(), peer, tag)
-        received._stage_in()
+        Sendrecv(self.comm, self._readable(), received._writable(), peer, tag)
+        received._received()
 
-    def _landing(self):
-        return self.buffer.data if self.direct else self.buffer.host
+    # non-blocking: the buffer is MPI's until the Request's wait() ----------------
+    def isend(self, dest, tag=TAG_MODEL):
+        return Request(Isend(self.comm, self._readable(), dest, tag))
+
+    def irecv(self, source, tag=TAG_MODEL):
+        return Request(Irecv(self.comm, self._writable(), source, tag), self._received)
 
 
 # Agreement: errors and layouts -------------------------------------------------
@@ -192,7 +250,8 @@ def _bcast_text(comm, text, root):
 def agree(comm, error):
     """Collective: if any rank has an `error`, every rank raises. The text is
     the lowest failing rank's (named unless every rank failed), so all ranks
-    report the same line; the failing rank re-raises its own exception."""
+    report the same line. A UsageError becomes a CollectiveUsageError, any
+    other error a CollectiveError (the failing rank's own as its cause)."""
     flags = np.array([comm.size if error is None else comm.rank, error is not None],
                      dtype=np.int64)
     first = np.empty(1, dtype=np.int64)
@@ -205,15 +264,12 @@ def agree(comm, error):
     usage = isinstance(error, UsageError)
     text = _bcast_text(comm, ("U" if usage else "E") + str(error) if comm.rank == first else "",
                        first)
-    kind, text = (UsageError if text[0] == "U" else CollectiveError), text[1:]
+    kind, text = (CollectiveUsageError if text[0] == "U" else CollectiveError), text[1:]
     if failed < comm.size:
         text = "rank %d: %s" % (first, text)
-    if comm.rank == first and not usage:
-        error.collective = True
-        raise error
-    exc = kind(text)
-    exc.collective = True  # every rank raises it: no rank is left waiting
-    raise exc
+    # Every rank raises it: no rank is left waiting. The failing rank keeps
+    # its own exception as the cause (and its traceback).
+    raise kind(text) from (error if comm.rank == first and not usage else None)
 
 
 def check_same(comm, description, what="layout"):
@@ -231,10 +287,8 @@ def check_same(comm, description, what="layout"):
     mine = _bcast_text(comm, text, 0)
     theirs = _bcast_text(comm, text, other)
     diff = first_difference(json.loads(mine), json.loads(theirs))
-    exc = UsageError("%s differs between rank 0 and rank%s %s: %s" % (
+    raise CollectiveUsageError("%s differs between rank 0 and rank%s %s: %s" % (
         what, "s" if len(odd) > 1 else "", ",".join(map(str, odd)), diff))
-    exc.collective = True
-    raise exc
 
 
 def first_difference(a, b, path=""):
@@ -275,17 +329,16 @@ def abort_on_error(comm=None):
             previous(kind, value, tb)
         elif issubclass(kind, (UsageError, CollectiveError)):
             sys.stderr.write("psgd: error: %s\n" % value)
-            if issubclass(kind, CollectiveError):
-                # Raised on every rank (a server's notice says "it failed"):
-                # give the rank that knows why the moment to say it before
-                # this rank's MPI_Abort takes the job down.
-                sys.stderr.flush()
-                time.sleep(ABORT_GRACE)
         else:
             if os.environ.get("PSGD_TRACEBACK"):
                 previous(kind, value, tb)
             sys.stderr.write("psgd: rank %d failed: %s: %s\n" % (comm.rank, kind.__name__, value))
         sys.stderr.flush()
+        # The launcher forwards a rank's output asynchronously: an immediate
+        # MPI_Abort lost this rank's own line on a loaded machine. A collective
+        # error (raised on every rank) also gives the rank that knows why the
+        # moment to say it before this rank's Abort takes the job down.
+        time.sleep(ABORT_GRACE)
         comm.Abort(1)
 
     sys.excepthook = hook

@@ -9,9 +9,9 @@ import warnings
 from mpi4py import MPI
 
 from . import mpi
-from .errors import UsageError
+from .algorithms import lifecycle
+from .errors import NonFiniteError, UsageError, is_collective
 from .train import parse_args, run
-from .train.faults import NonFiniteError
 
 PROG = "psgd-train"
 
@@ -32,7 +32,8 @@ def main(argv=None):
     try:
         run(args)
     except (UsageError, NonFiniteError) as exc:
-        if getattr(exc, "collective", False):
+        if is_collective(exc):
+            lifecycle.forget_all()
             sys.stderr.write("%s: error: %s\n" % (PROG, exc))
             sys.stderr.flush()
             return 2

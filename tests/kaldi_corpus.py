@@ -6,12 +6,13 @@ import os
 import numpy as np
 
 
-def write_corpus(folder, num_utts=24, dim=5, num_classes=4, seed=0, prefix="train"):
+def write_corpus(folder, num_utts=24, dim=5, num_classes=4, seed=0, prefix="train", spread=2.0):
     """Writes PREFIX_feats.{ark,scp}, PREFIX_ali.ark (int vectors) and
-    PREFIX_ali.txt; returns a dict of their paths."""
+    PREFIX_ali.txt; returns a dict of their paths. `spread`: the prototypes'
+    scale against the unit noise (smaller: harder to classify)."""
     import kaldiio
     rng = np.random.default_rng(seed)
-    protos = np.random.default_rng(99).normal(size=(num_classes, dim)) * 2.0
+    protos = np.random.default_rng(99).normal(size=(num_classes, dim)) * spread
     feats, ali = {}, {}
     for u in range(num_utts):
         labels = np.repeat(rng.integers(0, num_classes, size=4), rng.integers(3, 8, size=4))

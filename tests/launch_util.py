@@ -10,6 +10,22 @@ MPIRUN = os.path.join(os.path.dirname(sys.executable), "mpirun")
 
 def mpirun(np, argv, timeout=120, env=None, cwd=None):
     """CompletedProcess of `mpirun -np NP python ARGV...` (argv after python)."""
+    cmd = mpirun_command(np) + [sys.executable] + list(argv)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env=job_env(env), cwd=cwd or ROOT, stdin=subprocess.DEVNULL)
+
+
+def start_mpirun(np, argv, stdout, stderr, env=None, cwd=None):
+    """The Popen of `mpirun -np NP python ARGV...`, for tests that signal ranks
+    while the job runs (output to the given open files)."""
+    cmd = mpirun_command(np) + [sys.executable] + list(argv)
+    return subprocess.Popen(cmd, stdout=stdout, stderr=stderr, env=job_env(env),
+                            cwd=cwd or ROOT, stdin=subprocess.DEVNULL)
+
+
+def job_env(env=None):
+    """The environment of a test job: the repository on PYTHONPATH, numpy,
+    the shared data cache, what this MPI needs, then `env`."""
     full_env = dict(os.environ)
     full_env["PYTHONPATH"] = ROOT + os.pathsep + full_env.get("PYTHONPATH", "")
     full_env.setdefault("PSGD_BACKEND", "numpy")
@@ -17,9 +33,7 @@ def mpirun(np, argv, timeout=120, env=None, cwd=None):
     full_env.update(env or {})
     for key, value in mpi_env().items():
         full_env.setdefault(key, value)
-    cmd = mpirun_command(np) + [sys.executable] + list(argv)
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env=full_env, cwd=cwd or ROOT, stdin=subprocess.DEVNULL)
+    return full_env
 
 
 def mpirun_command(np):

@@ -17,16 +17,22 @@ def bsp(ws, ns, state, uniform=False):
 
 
 def bmuf(ws, ns, state, eta, zeta, nesterov):
-    """The block delta is measured from where the workers started the block
-    (w_g + eta * D under Nesterov), as in Chen & Huo's NBM."""
+    """ALGORITHMS.md's bmuf, line by line, with its state w_g, D and s ("s is
+    where the block started (it starts at w_g)"):
+        G  = sum_k (n_k / n) * (w_k - s)
+        D <- eta * D + zeta * G
+        w_g <- w_g + D
+        s  <- w_g + eta * D   if nesterov else   w_g
+        w_k <- s"""
     w_g, D = state["w_g"], state["D"]
-    start = w_g + eta * D if nesterov else w_g
-    G = sum((n_k / sum(ns)) * (w - start) for w, n_k in zip(ws, ns))
+    s = state.setdefault("s", w_g.copy())
+    n = sum(ns)
+    G = sum((n_k / n) * (w_k - s) for w_k, n_k in zip(ws, ns))
     D = eta * D + zeta * G
     w_g = w_g + D
-    state["w_g"], state["D"] = w_g, D
-    w = w_g + eta * D if nesterov else w_g
-    return [w.copy() for _ in ws]
+    s = w_g + eta * D if nesterov else w_g
+    state["w_g"], state["D"], state["s"] = w_g, D, s
+    return [s.copy() for _ in ws]
 
 
 def sod(ws, ns, state, outer, lr, mu=0.9, beta1=0.9, beta2=0.999, eps=1e-8):
@@ -66,16 +72,30 @@ def easgd(x0, log, local, alpha):
     return x, after
 
 
-def asgd(x0, log, local, alpha, momentum=None, scope="worker"):
+def compensate(delta, x, x_start, staleness, compensation, lam=1.0):
+    """A stale delta as the server corrects it (staleness_compensation)."""
+    if compensation == "scale":
+        return delta / max(1, staleness)
+    if compensation == "dc":
+        mean_square = np.mean(delta * delta)
+        if lam == 0 or mean_square == 0:
+            return delta
+        return delta - np.minimum(lam / mean_square * delta * delta, 1.0) * (x - x_start)
+    return delta
+
+
+def asgd(x0, log, local, alpha, momentum=None, scope="worker", compensation="none", lam=1.0):
     """asgd (momentum None) or masgd. A worker's reply is the center as it was
-    after `reply` updates, so held (barrier) replies replay exactly."""
+    after `reply` updates, so held (barrier) replies replay exactly. The
+    staleness of a delta is `order` minus the worker's previous reply."""
     versions, base, v, after = [x0.copy()], {}, {}, {}
     for row in log:
         k, order, reply = int(row[0]), int(row[2]), int(row[3])
         assert order == len(versions) - 1, "log is not in service order"
         w_prev = versions[base.get(k, 0)]
         w_k = w_prev + local(k, len(after.get(k, ())))
-        delta = w_k - w_prev
+        delta = compensate(w_k - w_prev, versions[-1], w_prev, order - base.get(k, 0),
+                           compensation, lam)
         if momentum is None:
             step = delta
         else:
@@ -89,20 +109,24 @@ def asgd(x0, log, local, alpha, momentum=None, scope="worker"):
 
 
 def barrier_replies(log, finished, period, workers):
-    """The reply counts the barrier rule of asgd gives, from the service order
-    alone: after `period` syncs since the last release, replies are held until
-    every worker that has not finished is waiting; all then get the same count.
-    `finished` rows are (rank, syncs served when it finished)."""
+    """The reply counts ALGORITHMS.md's barrier rule gives (asgd's
+    barrier_period = K), from the service order alone: "the reply to every
+    K-th sync the server serves, and every reply after it, is held until
+    every still-running worker is waiting; then all are answered with the
+    same x. K = 1 is lockstep; K <= 0 disables it." The count of syncs starts
+    again at each release. `finished` rows are (rank, syncs served when it
+    finished). A reply's count is the number of updates in the x it carries."""
     # a finish with count c came after sync c - 1 and before sync c; finishes
     # with the same count keep the server's order
     events = sorted([(int(o), 1, i) for i, (_, _, o, *rest) in enumerate(log)] +
                     [(int(c), 0, j) for j, (_, c) in enumerate(finished)])
+    K = period
     running, held, since, replies, syncs = set(workers), [], 0, [None] * len(log), 0
     for _, is_sync, what in events:
         if is_sync:
             syncs += 1
-            since += 1
-            if held or since >= period:
+            since += 1                         # syncs served since the last release
+            if K > 0 and (since == K or held):  # the K-th, and every reply after it
                 held.append(what)
             else:
                 replies[what] = syncs

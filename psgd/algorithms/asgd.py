@@ -13,38 +13,67 @@ every still-running worker is waiting, then answers them all with the same x
 and starts counting again. So when the barrier closes no worker's model lags
 the center by more than K updates, and a delta is applied at most
 K + N - 2 updates after the x it started from. K <= 0 disables it.
+
+staleness_compensation = none | scale | dc corrects a delta for the updates
+the center took since the worker's x_start (staleness.py has the math).
 """
 from .. import kernels, mpi
 from ..buffers import host_copy
+from . import staleness
 from .base import Option, positive, register
-from .server import SERVER_OPTIONS, Server, ServerWorker, _irecv
+from .server import SERVER_OPTIONS, Server
+from .server_worker import ServerWorker
 
 OPTIONS = {"alpha": Option(1.0, positive),
            "barrier_period": Option(0, kind=int),
+           **staleness.OPTIONS,
            **SERVER_OPTIONS}
 
 
 class AsgdServer(Server):
     name = "asgd"
     OPTIONS = OPTIONS
+    alpha: float
+    barrier_period: int
+    staleness_compensation: str   # staleness.OPTIONS
+    dc_lambda: float
 
     def initialized(self):
         super().initialized()
         self.held = []                 # workers whose reply waits for the barrier
         self.since_release = 0
+        self.delay_compensation = staleness.DelayCompensation(
+            self.buffer, self.workers_ranks, self.dc_lambda) \
+            if self.staleness_compensation == "dc" else None
 
     def serve(self, rank):
         self.incoming_exchange.recv(rank)                   # delta_k
+        if self.delay_compensation is not None:
+            self.delay_compensation.correct(rank, self.buffer.data, self.incoming.data)
         self.update(rank, self.incoming.data)
         self.since_release += 1
         if self.held or 0 < self.barrier_period <= self.since_release:
             self.held.append(rank)
             return None
         self.exchange.send(rank)                            # x
+        self.replied(rank)
         return self.syncs + 1
 
+    def replied(self, rank):
+        if self.delay_compensation is not None:
+            self.delay_compensation.replied(rank, self.buffer.data)
+
+    def _load_state(self, state):
+        super()._load_state(state)
+        if self.delay_compensation is not None:
+            self.delay_compensation.reset(self.buffer.data)
+
+    def gain(self):
+        """The factor of the delta being served (staleness_compensation = scale)."""
+        return staleness.staleness_gain(self.staleness_compensation, self.staleness)
+
     def update(self, rank, delta):
-        kernels.axpy(self.buffer.data, self.alpha, delta)   # x += alpha * delta_k
+        kernels.axpy(self.buffer.data, self.alpha * self.gain(), delta)   # x += alpha * delta_k
 
     def after_sync(self, rank):
         self._release_if_all_wait()
@@ -63,21 +92,27 @@ class Asgd(ServerWorker):
     name = "asgd"
     OPTIONS = OPTIONS
     server = AsgdServer
+    alpha: float
+    barrier_period: int
+    staleness_compensation: str   # staleness.OPTIONS
+    dc_lambda: float
 
     def initialized(self):
-        super().initialized()
-        self.previous = self.buffer.copy()      # w_prev: the x last pulled
+        self.previous = self.buffer.like()      # w_prev: the x last pulled
         self.previous_exchange = mpi.Exchange(self.comm, self.previous)
         self.delta = self.buffer.like()
         self.delta_exchange = mpi.Exchange(self.comm, self.delta)
+        super().initialized()
+
+    def restart(self):
+        self.previous.data[...] = self.buffer.data
 
     def exchange_with_server(self):
         w, w_prev = self.buffer.data, self.previous.data
         self.buffer.xp.subtract(w, w_prev, out=self.delta.data)          # w_k - w_prev
-        receives = _irecv(self.comm, self.previous_exchange._landing(), mpi.MAIN_RANK)
+        receive = self.previous_exchange.irecv(mpi.MAIN_RANK)              # w_prev <- x
         self.delta_exchange.send(mpi.MAIN_RANK)
-        self.await_server(receives)
-        self.previous_exchange._stage_in()                                # w_prev <- x
+        self.await_server([receive])
         w[...] = w_prev                                                   # w_k <- x
 
     def state_dict(self):

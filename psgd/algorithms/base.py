@@ -11,6 +11,7 @@ from mpi4py import MPI
 from .. import mpi
 from ..buffers import FlatBuffer
 from ..errors import UsageError
+from . import lifecycle
 
 REGISTRY = {}
 
@@ -57,7 +58,7 @@ def positive(v):
     return None if v > 0 else "must be > 0"
 
 
-class Algorithm:
+class Algorithm(mpi.Closeable):
     """A rank's synchronization object. Subclasses set `name`, `OPTIONS` and
     implement their update; `psgd.create` builds them collectively."""
 
@@ -94,10 +95,24 @@ class Algorithm:
         self.options = options
         self.N = self.workers(self.node.size)
         self.exchange = mpi.Exchange(comm, buffer)
+        self.stat_exchange = (mpi.Exchange(comm, stat_buffer)
+                              if stat_buffer is not None and stat_buffer.size else None)
         self.syncs = 0
         self.samples = 0
+        declared = self.declared_options()
         for key, value in options.items():
+            if key not in declared:   # a reader must find self.<option> in the class
+                raise TypeError("%s: option %r is not declared in the class (add "
+                                "`%s: type` beside OPTIONS)" % (type(self).__name__, key, key))
             setattr(self, key, value)
+
+    @classmethod
+    def declared_options(cls):
+        """The option attributes the class declares (annotations beside OPTIONS)."""
+        names = set()
+        for klass in cls.__mro__:
+            names.update(vars(klass).get("__annotations__", {}))
+        return names
 
     @property
     def params(self):
@@ -108,7 +123,57 @@ class Algorithm:
         return None if self.grad_buffer is None else self.grad_buffer.views
 
     def initialized(self):
-        """Called once rank 0's model has reached every rank."""
+        """Called once rank 0's model has reached every rank: allocate the
+        algorithm's state (subclasses), then start it."""
+        self.restart()
+
+    def restart(self):
+        """Bring the algorithm's state to what a fresh object holds for the
+        model now in the buffer (the same on every rank): reference points
+        equal to it, momentum and moments at zero."""
+
+    def reset_to(self, params=None):
+        """Collective: rank 0's `params` (a list of arrays shaped like
+        `params`, or one flat array of all of them) become the common model on
+        every rank, and the algorithm's state restarts as in an object freshly
+        created from that model (server algorithms: the center and every
+        worker's reference point; bmuf's D, sod's outer state and masgd's
+        velocities at zero). Other ranks may pass None. Server algorithms
+        call it between rounds: after stop() and the server's run()."""
+        error = None
+        try:
+            problem = self._reset_problem()
+            if problem:
+                raise UsageError(problem)
+            if self.node.is_main:
+                self._copy_in(params)
+        except (UsageError, ValueError, TypeError) as exc:
+            error = exc if isinstance(exc, UsageError) else UsageError(str(exc))
+        mpi.agree(self.comm, error)
+        self.exchange.bcast(mpi.MAIN_RANK)
+        self.restart()
+
+    def _reset_problem(self):
+        """Why reset_to may not run now on this rank, or None."""
+        return None
+
+    def _copy_in(self, params):
+        buf, xp = self.buffer, self.buffer.xp
+        if params is None:
+            raise UsageError("%s.reset_to: rank 0 must pass the model" % self.name)
+        if hasattr(params, "shape"):
+            if tuple(params.shape) != (buf.size,):
+                raise UsageError("%s.reset_to: a flat model has shape (%d,), got %s" % (
+                    self.name, buf.size, tuple(params.shape)))
+            buf.data[...] = xp.asarray(params)
+            return
+        params = list(params)
+        shapes = [tuple(p.shape) for p in params]
+        if shapes != [tuple(s) for s in buf.shapes]:
+            raise UsageError("%s.reset_to: params have shapes %s, the algorithm holds %s" % (
+                self.name, shapes, [tuple(s) for s in buf.shapes]))
+        for view, p in zip(buf.views, params):
+            view[...] = xp.asarray(p)
 
     def begin_round(self):
         """Start another round after stop() (server algorithms need it; the
@@ -131,39 +196,66 @@ class Algorithm:
     def _load_state(self, state):
         pass
 
+    def exit_action(self):
+        """(None | "stop" | "abort", why) when the process exits with this
+        object live (lifecycle.py)."""
+        return None, None
+
     def close(self):
-        """Release the duplicated communicator (collective)."""
+        """Collective: release the communicator psgd.create duplicated.
+        The object is unusable afterwards; closing twice does nothing."""
         if self.comm is not None and self.comm != MPI.COMM_NULL:
             self.comm.Free()
-            self.comm = None
+        self.comm = None
 
 
 class CollectiveWorker(Algorithm):
     """Every rank is a worker; one Allreduce of the counts opens each sync."""
 
+    stopped = False
+    @property
+    def stats(self):
+        """Views of the statistics passed as stats= (averaged at every sync)."""
+        return None if self.stat_buffer is None else self.stat_buffer.views
+
     def synchronize(self, n_k):
-        n_k, problem = _check_count(n_k)
+        if self.stopped:
+            # The others have left this round: an Allreduce now would wait for ever.
+            raise UsageError("%s rank %d: synchronize after stop (begin_round() starts another "
+                             "round, on every rank)" % (self.name, self.node.rank))
+        n_k, problem = _check_count(n_k, self.node.size)
         n, active, bad = self.node.allreduce_counts(n_k, problem is not None)
         if bad:
             # Raised on every rank so no rank is left waiting in the next call.
             raise UsageError(problem or "%d rank(s) passed an invalid sample count "
                              "to synchronize" % bad)
         if n == 0:
+            self.stopped = True
             self.finish()
             return False
         self.samples += n_k
         self.update(n_k, n, active)
-        if self.stat_buffer is not None and self.stat_buffer.size:
-            self._average_stats(n_k, n)
+        if self.stat_exchange is not None:
+            self._average_stats(n_k, n, active)
         self.syncs += 1
         return True
 
-    def _average_stats(self, n_k, n):
+    def _average_stats(self, n_k, n, active):
         """Non-trained state (BatchNorm running statistics) is averaged with
-        the same sample weights as the model (Kaldi's ReduceAccStat)."""
+        the weights the model is averaged with (Kaldi's ReduceAccStat)."""
         s = self.stat_buffer.data
-        s *= s.dtype.type(n_k / n)
-        mpi.Exchange(self.comm, self.stat_buffer).allreduce()
+        s *= s.dtype.type(self._weight(n_k, n, active, self.uniform_weights))
+        self.stat_exchange.allreduce()
+
+    @property
+    def uniform_weights(self):
+        """Whether the workers' models are averaged uniformly (bsp's
+        weighting=uniform) rather than by their sample counts."""
+        return getattr(self, "weighting", "samples") == "uniform"
+
+    @staticmethod
+    def _weight(n_k, n, active, uniform):
+        return (1.0 / active if n_k > 0 else 0.0) if uniform else n_k / n
 
     def stop(self, n_k=0):
         """Fold in the last partial block, then take part with n_k = 0 until
@@ -171,9 +263,23 @@ class CollectiveWorker(Algorithm):
         while self.synchronize(n_k):
             n_k = 0
 
+    def begin_round(self):
+        """After stop(): every rank takes part in another round."""
+        self.stopped = False
+
+    def exit_action(self):
+        if self.comm is None or self.stopped:
+            return None, None
+        if self.syncs == 0:
+            return "quiet-stop", None   # no round begun (--epochs 0): nothing to warn of
+        return "stop", "exits without stop() on its %s algorithm" % self.name
+
+    def stop_at_exit(self):
+        self.stop(0)
+
     def average(self, n_k, n, active, uniform=False):
         """w <- sum_k (n_k / n) w_k (or the plain mean over active workers)."""
-        weight = (1.0 / active if n_k > 0 else 0.0) if uniform else n_k / n
+        weight = self._weight(n_k, n, active, uniform)
         w = self.buffer.data
         w *= w.dtype.type(weight)
         self.exchange.allreduce()
@@ -185,10 +291,18 @@ class CollectiveWorker(Algorithm):
         """Called once when every worker has finished (synchronize -> False)."""
 
 
-def _check_count(n_k):
-    """(count, None) or (0, problem text) for a bad sample count."""
+INT64_MAX = 2 ** 63 - 1
+
+
+def _check_count(n_k, ranks=1):
+    """(count, None) or (0, problem text) for a bad sample count. The counts
+    are summed in int64 over `ranks` ranks: each must be at most
+    INT64_MAX // ranks, or the sum could wrap and turn the weights negative."""
     if isinstance(n_k, (bool, np.bool_)) or not isinstance(n_k, numbers.Integral) or n_k < 0:
         return 0, "synchronize(n_k): n_k must be a non-negative integer, got %r" % (n_k,)
+    if n_k > INT64_MAX // ranks:
+        return 0, ("synchronize(n_k): n_k = %d is too large: the sum over %d ranks must fit "
+                   "in int64 (n_k <= %d)" % (n_k, ranks, INT64_MAX // ranks))
     return int(n_k), None
 
 
@@ -203,8 +317,10 @@ def describe(name, options, buffer, grad_buffer, stat_buffer=None):
 def create(name, params, comm=None, grads=None, stats=None, **options):
     """The object for this rank's role in algorithm `name` (see ALGORITHMS.md).
     Collective over `comm`: any error on any rank is raised on every rank.
-    `stats`: optional non-trained arrays (BatchNorm running statistics) that
-    the collective algorithms average at every sync."""
+    `stats`: optional non-trained arrays (BatchNorm running statistics); like
+    `params` they become views into a flat buffer (`obj.stats`) that starts
+    as rank 0's, and the collective algorithms average them at every sync
+    with the model's weights (n_k / n, or uniform under weighting=uniform)."""
     comm = comm if comm is not None else MPI.COMM_WORLD
     error, cls, resolved, buffer, grad_buffer = None, None, None, None, None
     stat_buffer = None
@@ -236,7 +352,10 @@ def create(name, params, comm=None, grads=None, stats=None, **options):
     role = cls.for_rank(comm.Get_rank())
     obj = role(comm, buffer, resolved, grad_buffer, stat_buffer)
     obj.exchange.bcast(mpi.MAIN_RANK)
+    if obj.stat_exchange is not None:
+        obj.stat_exchange.bcast(mpi.MAIN_RANK)
     obj.initialized()
+    lifecycle.track(obj)
     return obj
 
 

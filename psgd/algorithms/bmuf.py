@@ -30,10 +30,19 @@ class Bmuf(CollectiveWorker):
         "nesterov": Option(True, kind=bool),
         "reset_local_state": Option(True, kind=bool),
     }
+    block_momentum: float   # eta
+    block_lr: float         # zeta
+    nesterov: bool
+    reset_local_state: bool
 
     def initialized(self):
-        self.global_model = self.buffer.copy()       # w_g
+        self.global_model = self.buffer.like()           # w_g
         self.block_momentum_buffer = self.buffer.like()  # D
+        self.restart()
+
+    def restart(self):
+        self.global_model.data[...] = self.buffer.data   # w_g = s = the model
+        self.block_momentum_buffer.data.fill(0)          # D = 0
 
     def update(self, n_k, n, active):
         self.average(n_k, n, active)  # w = sum_k (n_k/n) w_k, so G = w - w_g

@@ -10,6 +10,7 @@ from .base import CollectiveWorker, Option, register
 class Bsp(CollectiveWorker):
     name = "bsp"
     OPTIONS = {"weighting": Option("samples", kind=("samples", "uniform"))}
+    weighting: str
 
     def update(self, n_k, n, active):
-        self.average(n_k, n, active, uniform=self.weighting == "uniform")
+        self.average(n_k, n, active, uniform=self.uniform_weights)

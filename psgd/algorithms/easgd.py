@@ -13,7 +13,8 @@ Default alpha = 0.9 / N (the paper's beta = N * alpha = 0.9).
 """
 from .. import kernels, mpi
 from .base import Option, register
-from .server import SERVER_OPTIONS, Server, ServerWorker, _irecv, _isend
+from .server import SERVER_OPTIONS, Server
+from .server_worker import ServerWorker
 
 
 def _elastic_range(alpha):
@@ -26,6 +27,7 @@ OPTIONS = {"alpha": Option(lambda N: 0.9 / max(N, 1), _elastic_range), **SERVER_
 class EasgdServer(Server):
     name = "easgd"
     OPTIONS = OPTIONS
+    alpha: float
 
     def serve(self, rank):
         reply = self.syncs                      # the worker gets x before this update
@@ -39,6 +41,7 @@ class Easgd(ServerWorker):
     name = "easgd"
     OPTIONS = OPTIONS
     server = EasgdServer
+    alpha: float
 
     def initialized(self):
         super().initialized()
@@ -46,8 +49,7 @@ class Easgd(ServerWorker):
         self.center_exchange = mpi.Exchange(self.comm, self.center)
 
     def exchange_with_server(self):
-        sends = _isend(self.comm, self.exchange._stage_out(), mpi.MAIN_RANK)
-        receives = _irecv(self.comm, self.center_exchange._landing(), mpi.MAIN_RANK)
-        self.await_server(receives, sends)
-        self.center_exchange._stage_in()
+        send = self.exchange.isend(mpi.MAIN_RANK)
+        receive = self.center_exchange.irecv(mpi.MAIN_RANK)
+        self.await_server([receive], [send])
         kernels.lerp(self.buffer.data, self.center.data, self.alpha)  # w_k -= alpha (w_k - x)

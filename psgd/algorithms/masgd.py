@@ -31,16 +31,26 @@ OPTIONS = {**ASGD_OPTIONS,
 class MasgdServer(AsgdServer):
     name = "masgd"
     OPTIONS = OPTIONS
+    momentum: float
+    scope: str
 
     def initialized(self):
-        super().initialized()
-        count = len(self.workers_ranks) if self.scope == "worker" else 1
+        count = (self.node.size - 1) if self.scope == "worker" else 1
         self.velocities = [self.buffer.like() for _ in range(count)]
+        super().initialized()
+
+    def restart(self):
+        super().restart()
+        for v in self.velocities:
+            v.data.fill(0)
 
     def velocity(self, rank):
         return self.velocities[rank - 1 if self.scope == "worker" else 0]
 
     def update(self, rank, delta):
+        gain = self.gain()
+        if gain != 1.0:
+            delta *= delta.dtype.type(gain)
         # v <- m v + delta_k;  x <- x + alpha v   (one pass; delta is scratch afterwards)
         kernels.momentum_step(self.buffer.data, self.velocity(rank).data, delta,
                               self.momentum, self.alpha)
@@ -61,6 +71,8 @@ class Masgd(Asgd):
     name = "masgd"
     OPTIONS = OPTIONS
     server = MasgdServer
+    momentum: float
+    scope: str
 
     @classmethod
     def resolve_options(cls, options, size):

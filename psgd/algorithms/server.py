@@ -1,6 +1,7 @@
-"""What easgd, asgd and masgd share: rank 0's event loop and the worker side of
-the wire protocol (Kaldi's EasgdServer/AsgdServer run loop, with the fixes of
-ALGORITHMS.md). The algorithm files hold only their exchange and update.
+"""What easgd, asgd and masgd share on rank 0: the event loop (Kaldi's
+EasgdServer/AsgdServer run loop, with the fixes of ALGORITHMS.md); the worker
+side of the wire protocol is server_worker.py. The algorithm files hold only
+their exchange and update.
 
 Wire protocol. A worker opens every exchange with a control message on
 TAG_MSG: one int64 pair [message, n_k] (the contract's one int, plus the
@@ -28,7 +29,6 @@ Idle waits poll with a bounded backoff (sleeps from 50 us doubling up to
 While it serves a worker the server uses blocking calls: that time is busy.
 """
 import collections
-import dataclasses
 import time
 
 import numpy as np
@@ -36,8 +36,9 @@ from mpi4py import MPI
 
 from .. import mpi
 from ..buffers import host_copy
-from ..errors import CollectiveError, UsageError
-from .base import Algorithm, Option, _check_count
+from ..errors import ProtocolError, UsageError
+from .base import Algorithm, Option
+from .server_stats import ServerStats, Service  # noqa: F401  (re-exported)
 
 # TAG_MSG = 0 and TAG_MODEL = 1 are the contract's; the failure notice gets its own.
 TAG_NOTICE = 2
@@ -46,46 +47,12 @@ NOTICE_DONE, NOTICE_UNKNOWN, NOTICE_MALFORMED, NOTICE_SERVER_ERROR = 0, 1, 2, 3
 FIRST_SLEEP = 50e-6
 
 
-class ProtocolError(CollectiveError):
-    """The server gave up; raised on the server and on every running worker."""
-
-
 def _sleep_range(v):
     return None if 0.0 <= v <= 1.0 else "must be between 0 and 1 second"
 
 
 SERVER_OPTIONS = {"poll_max_sleep": Option(1e-3, _sleep_range)}
 
-Service = collections.namedtuple("Service", "rank n_k order reply arrived")
-Service.__doc__ = """One MSG_SYNC served. `order`: syncs served before it (= the
-center's update count before this update); `reply`: the update count of the
-center the worker got back (easgd: order, the center before the update; asgd and
-masgd: order + 1, or the release count when a barrier held the reply);
-`arrived`: syncs served when the server first saw the control message."""
-
-
-@dataclasses.dataclass
-class ServerStats:
-    syncs: int = 0          # MSG_SYNC served
-    samples: int = 0        # sum of the n_k the workers reported
-    finished: int = 0       # workers that sent MSG_FINISHED
-    busy_s: float = 0.0     # serving: exchanges and updates
-    idle_s: float = 0.0     # waiting for a control message
-    wall_s: float = 0.0     # the whole run()
-    cpu_s: float = 0.0      # process CPU time during run(): low when idle waits sleep
-    sleeps: int = 0         # backoff sleeps taken
-    per_worker: dict = dataclasses.field(default_factory=dict)  # rank -> [syncs, samples]
-
-    def as_dict(self):
-        return dataclasses.asdict(self)
-
-
-def _isend(comm, array, dest, tag=mpi.TAG_MODEL):
-    return [comm.Isend(array[lo:hi], dest=dest, tag=tag) for lo, hi in mpi._chunks(array.size)]
-
-
-def _irecv(comm, array, source, tag=mpi.TAG_MODEL):
-    return [comm.Irecv(array[lo:hi], source=source, tag=tag) for lo, hi in mpi._chunks(array.size)]
 
 
 class Server(Algorithm):
@@ -95,6 +62,7 @@ class Server(Algorithm):
 
     role = "server"
     server_based = True
+    poll_max_sleep: float       # SERVER_OPTIONS
 
     def initialized(self):
         self.incoming = self.buffer.like()          # w_k or delta_k, as received
@@ -111,6 +79,8 @@ class Server(Algorithm):
         self._queue = collections.deque()           # (rank, message, n_k, arrived)
         self._last = 0
         self._new_round = False
+        super().initialized()
+        self.started_from = {}                      # rank -> update count of the x it last got
 
     def begin_round(self):
         """Serve another round (an epoch) with the next run(); the workers
@@ -122,11 +92,30 @@ class Server(Algorithm):
     def synchronize(self, n_k):
         raise UsageError("rank 0 is the %s server: call run(), not synchronize()" % self.name)
 
+    def exit_action(self):
+        """A server that never ran while a worker has asked for it: the
+        workers wait in their first sync for ever."""
+        if self.comm is None or self.stats is not None:
+            return None, None
+        deadline = time.time() + 1.0
+        control = np.zeros(CONTROL_SLOTS, dtype=np.int64)
+        while time.time() < deadline:
+            if self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=mpi.TAG_MSG):
+                # a worker's FINISHED needs no answer; a sync waits for one
+                self.comm.Recv([control, MPI.INT64_T], source=MPI.ANY_SOURCE, tag=mpi.TAG_MSG)
+                if control[0] != mpi.MSG_FINISHED:
+                    return "abort", "rank 0, the %s server, exits without ever calling run() " \
+                                    "while its workers wait for it" % self.name
+            else:
+                time.sleep(0.05)
+        return None, None
+
     def state_dict(self):
         return {"center": host_copy(self.buffer.data)}
 
     def _load_state(self, state):
         self.buffer.data[...] = self.buffer.xp.asarray(state["center"])
+        self.started_from = {rank: self.syncs for rank in self.workers_ranks}
 
     # the event loop ------------------------------------------------------------
     def run(self):
@@ -172,8 +161,12 @@ class Server(Algorithm):
             self.worker_finished(rank)
             return
         order = self.syncs
+        self.staleness = order - self.started_from.get(rank, 0)
+        self.stats.count_staleness(self.staleness)
         reply = self.serve(rank)
-        self.log.append(Service(rank, n_k, order, reply, arrived))
+        if reply is not None:
+            self.started_from[rank] = reply
+        self.log.append(Service(rank, n_k, order, reply, arrived, self.staleness))
         self.syncs += 1
         self.samples += n_k
         self.stats.per_worker[rank][0] += 1
@@ -183,6 +176,9 @@ class Server(Algorithm):
 
     def serve(self, rank):
         raise NotImplementedError
+
+    def replied(self, rank):
+        """Called when a held reply has sent `rank` the current center."""
 
     def after_sync(self, rank):
         """Called after every sync is logged (barriers release here)."""
@@ -195,6 +191,8 @@ class Server(Algorithm):
         held, all with the current center."""
         for rank in ranks:
             self.exchange.send(rank)
+            self.started_from[rank] = self.syncs
+            self.replied(rank)
         for i in range(len(self.log) - len(ranks), len(self.log)):
             self.log[i] = self.log[i]._replace(reply=self.syncs)
 
@@ -280,118 +278,13 @@ class Server(Algorithm):
         the one being served when an update failed): past the eager limit (4
         KiB in Open MPI's shared memory) a worker's send, and so its answer to
         the notice, waits until the server receives it."""
-        scratch, status, count = self.incoming.host, MPI.Status(), 0
+        status, count = MPI.Status(), 0
         while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=mpi.TAG_MODEL, status=status):
-            n = status.Get_count(MPI.BYTE) // scratch.itemsize
-            self.comm.Recv(scratch[:n], source=status.Get_source(), tag=mpi.TAG_MODEL)
+            scratch = np.empty(status.Get_count(MPI.BYTE), dtype=np.uint8)  # host: dropped
+            self.comm.Recv([scratch, MPI.BYTE], source=status.Get_source(), tag=mpi.TAG_MODEL)
             count += 1
         return count
 
     def _notify(self, rank, code, sender=0, value=0):
         notice = np.array([code, sender, value], dtype=np.int64)
         self.comm.Send([notice, MPI.INT64_T], dest=rank, tag=TAG_NOTICE)
-
-
-class ServerWorker(Algorithm):
-    """Ranks 1..P-1 of a server algorithm. Subclasses implement
-    exchange_with_server(): the model traffic after the control message,
-    waiting through await_server() so a failure notice can interrupt it."""
-
-    server_based = True
-    server = None   # the Server subclass rank 0 runs
-
-    @classmethod
-    def for_rank(cls, rank):
-        return cls.server if rank == mpi.MAIN_RANK else cls
-
-    def initialized(self):
-        self._control = np.zeros(2, dtype=np.int64)
-        self._notice = np.zeros(3, dtype=np.int64)
-        self._notice_request = self.comm.Irecv([self._notice, MPI.INT64_T],
-                                               source=mpi.MAIN_RANK, tag=TAG_NOTICE)
-        self.stopped = False
-        self.failure = None
-
-    def synchronize(self, n_k):
-        """Push this block (n_k samples) and pull the center; returns True."""
-        n_k = self._count(n_k, "synchronize")
-        self._check_running()
-        self._send_control(mpi.MSG_SYNC, n_k)
-        self.exchange_with_server()
-        self.syncs += 1
-        self.samples += n_k
-        return True
-
-    def stop(self, n_k=0):
-        """Push the last partial block (when n_k > 0), then send FINISHED."""
-        if self.stopped and self.failure is None:
-            return
-        n_k = self._count(n_k, "stop")
-        if n_k > 0:
-            self.synchronize(n_k)
-        self._check_running()
-        self._send_control(mpi.MSG_FINISHED, 0)
-        self.stopped = True
-        self._notice_request.Wait()       # "done", or why the server gave up
-        if self._notice[0] != NOTICE_DONE:
-            self._fail(acknowledge=False)
-
-    def begin_round(self):
-        """After stop(): take part in another round (an epoch) that the
-        server serves with its next run()."""
-        if self.failure is not None:
-            raise ProtocolError(self.failure)
-        if not self.stopped:
-            raise UsageError("%s worker %d: begin_round() before stop()" % (
-                self.name, self.node.rank))
-        self._notice_request = self.comm.Irecv([self._notice, MPI.INT64_T],
-                                               source=mpi.MAIN_RANK, tag=TAG_NOTICE)
-        self.stopped = False
-
-    def exchange_with_server(self):
-        raise NotImplementedError
-
-    def await_server(self, receives, sends=()):
-        """Wait for this exchange's requests unless the server's notice comes
-        first: then withdraw the receives, acknowledge and raise."""
-        pending = list(receives) + list(sends)
-        while pending:
-            i = MPI.Request.Waitany(pending + [self._notice_request])
-            if i == len(pending):
-                withdraw = {id(r) for r in receives}
-                for request in pending:
-                    if id(request) in withdraw:
-                        request.Cancel()
-                MPI.Request.Waitall(pending)   # sends complete: the server drains them
-                self._fail()
-            del pending[i]
-
-    def _send_control(self, message, n_k):
-        self._control[:] = (message, n_k)
-        self.comm.Send([self._control, MPI.INT64_T], dest=mpi.MAIN_RANK, tag=mpi.TAG_MSG)
-
-    def _count(self, n_k, call):
-        n_k, problem = _check_count(n_k)
-        if problem:
-            raise UsageError(problem.replace("synchronize(", call + "("))
-        return n_k
-
-    def _check_running(self):
-        if self.failure is not None:
-            raise ProtocolError(self.failure)
-        if self.stopped:
-            raise UsageError("%s worker %d: synchronize after stop (begin_round() starts another "
-                             "round)" % (self.name, self.node.rank))
-        if self._notice_request.Test():
-            self._fail()
-
-    def _fail(self, acknowledge=True):
-        code, sender, value = (int(v) for v in self._notice)
-        what = {NOTICE_UNKNOWN: "unknown control message %d from rank %d" % (value, sender),
-                NOTICE_MALFORMED: "malformed control message from rank %d" % sender,
-                }.get(code, "it failed (see rank 0's error)")
-        self.failure = "rank %d: the %s server stopped: %s" % (self.node.rank, self.name, what)
-        if acknowledge:
-            self._send_control(mpi.MSG_FINISHED, 0)
-        self.stopped = True
-        raise ProtocolError(self.failure)

@@ -30,12 +30,25 @@ class Sod(CollectiveWorker):
         "beta2": Option(0.999, _unit_interval),
         "eps": Option(1e-8, positive),
     }
+    outer: str
+    outer_lr: float
+    outer_momentum: float
+    beta1: float
+    beta2: float
+    eps: float
 
     def initialized(self):
-        self.global_model = self.buffer.copy()
+        self.global_model = self.buffer.like()
         self.velocity = self.buffer.like() if self.outer != "sgd" else None
         self.second_moment = self.buffer.like() if self.outer == "adam" else None
-        self.steps = 0
+        self.restart()
+
+    def restart(self):
+        self.global_model.data[...] = self.buffer.data
+        for state in (self.velocity, self.second_moment):
+            if state is not None:
+                state.data.fill(0)
+        self.steps = 0          # Adam's bias correction starts over too
 
     def update(self, n_k, n, active):
         self.average(n_k, n, active)

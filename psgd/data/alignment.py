@@ -76,3 +76,25 @@ def read_targets(targets, keys):
     if rspec.kind == "scp" or rspec.is_stream or _is_binary_archive(rspec.path):
         return read_int_vectors(targets, keys)
     return read_text_alignment(rspec.path, keys)
+
+
+def target_lengths(targets, keys):
+    """{id: number of targets} for the ids of `keys` that have targets (the
+    frames each utterance trains on: what shards are balanced by)."""
+    rspec = parse_rspecifier(targets)
+    if rspec.kind == "scp" or rspec.is_stream or _is_binary_archive(rspec.path):
+        return {k: len(v) for k, v in read_int_vectors(targets, keys).items()}
+    wanted, out = set(keys), {}
+    try:
+        with open(rspec.path, "r", encoding="utf-8") as f:
+            for line in f:
+                parts = line.split(None, 1)
+                if parts and parts[0] in wanted:
+                    rest = parts[1].strip() if len(parts) > 1 else ""
+                    out[parts[0]] = len(rest.strip("[]").split())
+    except UnicodeDecodeError as e:
+        raise UsageError("%s: not a text alignment (%s); binary alignments need "
+                         "an 'ark:' rspecifier" % (rspec.path, e.reason)) from None
+    except OSError as e:
+        raise kaldi_error(rspec.path, e) from None
+    return out

@@ -4,8 +4,9 @@
                                  rank=rank, size=size, splice=5,
                                  cv_feats="scp:data/cv/feats.scp", cv_targets="ali.txt")
 
-Utterance ids are sorted and split into contiguous shards (shard_range);
-each worker reads only its shard. Left for the trainer, because they need
+Utterance ids are sorted, those without targets dropped, and the rest split
+into contiguous shards of near-equal frames (shard_by_weight, the frames
+taken from the targets' lengths); each worker reads only its shard's features. Left for the trainer, because they need
 every worker's numbers (an Allreduce):
   * global CMVN: load_kaldi normalises with its own shard's statistics;
     Allreduce(SUM) `report.cmvn_stats.pack()` and call
@@ -24,11 +25,11 @@ from typing import Optional
 
 import numpy as np
 
-from psgd.data.alignment import read_targets
+from psgd.data.alignment import read_targets, target_lengths
 from psgd.data.cmvn import CmvnStats, normalize
 from psgd.data.dataset import Dataset, Utterances
 from psgd.data.kaldi_table import FeatureTable
-from psgd.data.sharding import shard_items, shard_range
+from psgd.data.sharding import shard_by_weight
 from psgd.data.splice import splice_frames
 from psgd.errors import UsageError
 
@@ -42,7 +43,8 @@ class SplitReport:
     used: int = 0
     frames: int = 0
     mismatch: list = field(default_factory=list)      # ids: #targets != #frames
-    no_target: list = field(default_factory=list)     # ids without targets
+    no_target: list = field(default_factory=list)     # ids without targets (rank 0 only)
+    nonfinite: list = field(default_factory=list)     # ids with NaN/Inf features, skipped
 
     @property
     def skipped_mismatch(self):
@@ -67,23 +69,30 @@ class KaldiReport:
     cmvn_stats: CmvnStats      # of this worker's raw training frames
 
 
-def _load_split(feats, targets, rank, size, num_classes):
+def _load_split(feats, targets, rank, size, num_classes, skip_nonfinite=False):
     table = FeatureTable(feats)
-    keys = shard_items(table.keys, rank, size)
-    report = SplitReport(feats, len(table.keys), shard_range(len(table.keys), rank, size))
+    # Utterances without targets are dropped before sharding, and shards are
+    # balanced by frames (the targets' lengths), so no worker sits idle.
+    lengths = target_lengths(targets, table.keys)
+    have = [k for k in table.keys if k in lengths]
+    keys = shard_by_weight(have, [lengths[k] for k in have], rank, size)
+    start = have.index(keys[0]) if keys else 0
+    report = SplitReport(feats, len(table.keys), (start, start + len(keys)))
+    if rank == 0:   # counted once for the whole job
+        report.no_target = [k for k in table.keys if k not in lengths]
     labels = read_targets(targets, keys)
-    frames = table.read([k for k in keys if k in labels])
+    frames = table.read(keys)
     dim = table.dim()
     used, xs, ys = [], [], []
     for key in keys:
-        if key not in labels:
-            report.no_target.append(key)
-            continue
         x, y = frames[key], labels[key]
         if len(x) != len(y):
             warnings.warn("%s: utterance %s has %d frames but %d targets in %s; skipped"
                           % (feats, key, len(x), len(y), targets), stacklevel=3)
             report.mismatch.append(key)
+            continue
+        if not _finite(x, feats, key, skip_nonfinite):
+            report.nonfinite.append(key)
             continue
         bad = (y < 0) if num_classes is None else (y < 0) | (y >= num_classes)
         if bad.any():
@@ -94,8 +103,8 @@ def _load_split(feats, targets, rank, size, num_classes):
         xs.append(x)
         ys.append(y)
     if report.no_target:
-        warnings.warn("%s: %d of %d utterances of this shard have no targets in %s; skipped"
-                      % (feats, len(report.no_target), len(keys), targets), stacklevel=3)
+        warnings.warn("%s: %d of %d utterances have no targets in %s; skipped"
+                      % (feats, len(report.no_target), len(table.keys), targets), stacklevel=3)
     utts = Utterances.from_lengths(used, [len(y) for y in ys])
     report.used, report.frames = len(used), utts.num_frames
     x = np.concatenate(xs) if xs else np.zeros((0, dim), dtype=np.float32)
@@ -103,12 +112,30 @@ def _load_split(feats, targets, rank, size, num_classes):
     return x, y, utts, report, dim
 
 
+def _finite(x, feats, key, skip):
+    """A NaN or Inf would poison the global CMVN and every rank's model:
+    refuse the utterance by name (or, with skip, leave it out)."""
+    bad = ~np.isfinite(x)
+    if not bad.any():
+        return True
+    frame = int(np.nonzero(bad.any(axis=1))[0][0])
+    where = "%s: utterance %s: non-finite feature value (%s) at frame %d" % (
+        feats, key, x[frame][bad[frame]][0], frame)
+    if not skip:
+        raise UsageError(where + " (--skip-nonfinite leaves such utterances out)")
+    warnings.warn(where + ": utterance skipped (--skip-nonfinite)", stacklevel=4)
+    return False
+
+
 def load_kaldi(feats_rspecifier, targets, rank=0, size=1, splice=0, cmvn=True,
-               num_classes=None, cv_feats=None, cv_targets=None):
+               num_classes=None, cv_feats=None, cv_targets=None, skip_nonfinite=False):
     """(Dataset, KaldiReport) of this worker's shard of a Kaldi training set.
 
     targets: an int-vector table ("ark:ali.ark", "scp:ali.scp") or a text
-    alignment ("ali.txt" / "ark,t:ali.txt", lines "utt id id ..."). cv_*
+    alignment ("ali.txt" / "ark,t:ali.txt", lines "utt id id ..."). Utterances
+    without targets are left out before sharding; shards balance frames.
+    skip_nonfinite: leave out utterances with NaN/Inf features (with a
+    warning) instead of refusing them. cv_*
     name an optional held-out set, sharded the same way and normalised with
     the training statistics. splice: context K frames each side.
     """
@@ -120,11 +147,11 @@ def load_kaldi(feats_rspecifier, targets, rank=0, size=1, splice=0, cmvn=True,
         raise UsageError("give both cv features and cv targets, or neither")
 
     x, y, utts, train_report, dim = _load_split(feats_rspecifier, targets, rank, size,
-                                                num_classes)
+                                                num_classes, skip_nonfinite)
     cx = cy = cv_utts = cv_report = None
     if cv_feats is not None:
         cx, cy, cv_utts, cv_report, cv_dim = _load_split(cv_feats, cv_targets, rank, size,
-                                                         num_classes)
+                                                         num_classes, skip_nonfinite)
         if cv_dim != dim:
             raise UsageError("%s has features of dimension %d but %s of %d"
                              % (cv_feats, cv_dim, feats_rspecifier, dim))

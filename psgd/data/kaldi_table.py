@@ -121,6 +121,7 @@ class _Scp:
             raise kaldi_error(self.where, e) from None
         if len(self.lazy) == 0:
             raise UsageError("%s: empty scp file (no utterances)" % self.where)
+        _refuse_duplicate_ids(self.where)
         self.keys = sorted(self.lazy)
 
     def read(self, keys, convert):
@@ -138,6 +139,23 @@ class _Scp:
                 raise kaldi_error(where, e) from None
             out[key] = convert(where, value)
         return out
+
+
+def _refuse_duplicate_ids(path):
+    """kaldiio's scp dictionary keeps the last of two lines with one id: refuse it."""
+    first = {}
+    try:
+        with open(path, "r", encoding="utf-8", errors="replace") as f:
+            for lineno, line in enumerate(f, 1):
+                parts = line.split(None, 1)
+                if not parts:
+                    continue
+                if parts[0] in first:
+                    raise UsageError("%s:%d: utterance id %s appears twice (first on line %d)"
+                                     % (path, lineno, parts[0], first[parts[0]]))
+                first[parts[0]] = lineno
+    except OSError as e:
+        raise kaldi_error(path, e) from None
 
 
 class _Ark:
@@ -202,6 +220,8 @@ class FeatureTable:
                 or value.dtype.kind not in "fiu":
             raise UsageError("%s: expected a matrix of features, got %s"
                              % (where, _describe(value)))
+        if value.shape[1] == 0:
+            raise UsageError("%s: a feature matrix with 0 columns" % where)
         self._dims.add(value.shape[1])
 
     def read(self, keys):

@@ -40,3 +40,20 @@ def shard_items(items, rank, size):
     """The slice of a sequence (list of utterance ids, array...) owned by `rank`."""
     start, stop = shard_range(len(items), rank, size)
     return items[start:stop]
+
+
+def shard_by_weight(items, weights, rank, size):
+    """The contiguous slice of `items` owned by `rank` when shards hold
+    near-equal total weight (utterances by their frames): item i belongs to
+    the shard its weight's midpoint falls in, so no shard is short by more
+    than about one item's weight. Zero total weight, or no more items than
+    shards (one each at most, whatever the weights), falls back to counts."""
+    _check(len(items), rank, size)
+    w = np.asarray(weights, dtype=np.float64)
+    total = float(w.sum())
+    if len(items) <= size or total <= 0:
+        return shard_items(items, rank, size)
+    middle = np.cumsum(w) - w / 2
+    owner = np.minimum((middle * size / total).astype(np.int64), size - 1)
+    start, stop = np.searchsorted(owner, [rank, rank + 1], side="left")
+    return items[int(start):int(stop)]

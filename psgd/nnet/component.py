@@ -18,6 +18,8 @@ import math
 
 import numpy as np
 
+from ..backend import array_module
+
 
 class Component:
     """Base class: a parameter-free identity. Subclasses override what they need."""
@@ -103,10 +105,7 @@ def he_limit(fan_in):
 
 
 def _module_of(array):
-    if isinstance(array, np.ndarray):
-        return np
-    import cupy
-    return cupy.get_array_module(array)
+    return array_module(array)
 
 
 def as_strided(xp, array, shape, strides):

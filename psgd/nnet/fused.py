@@ -10,6 +10,8 @@ import os
 
 import numpy as np
 
+from ..backend import cupy_module
+
 _KERNELS = {}
 
 _ADAM = (
@@ -37,10 +39,10 @@ def usable(xp):
 
 
 def _kernel(spec):
-    kernel = _KERNELS.get(spec[3])
+    cupy = cupy_module()
+    kernel = _KERNELS.get((cupy, spec[3]))
     if kernel is None:
-        import cupy
-        kernel = _KERNELS[spec[3]] = cupy.ElementwiseKernel(*spec)
+        kernel = _KERNELS[cupy, spec[3]] = cupy.ElementwiseKernel(*spec)
     return kernel
 
 

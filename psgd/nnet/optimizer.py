@@ -21,14 +21,12 @@ import math
 
 import numpy as np
 
+from ..backend import array_module
 from ..errors import UsageError
 
 
 def _module_of(array):
-    if isinstance(array, np.ndarray):
-        return np
-    import cupy
-    return cupy.get_array_module(array)
+    return array_module(array)
 
 
 def _to_host(array):

@@ -8,9 +8,11 @@ def run(args, comm=None):
     """Train with validated `args` (CLI or make_config); collective. Returns
     the last epoch's metrics row."""
     if args.model_parallel:
-        from .hybrid import HybridTrainer
-        return HybridTrainer(args, comm).run()
-    return Trainer(args, comm).run()
+        from .hybrid import HybridTrainer as kind
+    else:
+        kind = Trainer
+    with kind(args, comm) as trainer:
+        return trainer.run()
 
 
 def train(comm=None, **options):

@@ -6,13 +6,13 @@ complete checkpoint, so --resume never sees a torn one."""
 import json
 import os
 import shutil
-import tempfile
 
 import numpy as np
 from mpi4py import MPI
 
 from ..errors import UsageError
 from . import model_io
+from .outputs import atomic_write
 
 LATEST = "LATEST"
 KEEP = 2
@@ -50,12 +50,8 @@ class Checkpointer:
         self.comm.Barrier()
 
     def _point_latest(self, name):
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.directory)
-        with os.fdopen(fd, "w") as f:
-            json.dump({"folder": name, "size": self.size}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(self.directory, LATEST))
+        atomic_write(os.path.join(self.directory, LATEST),
+                     lambda f: json.dump({"folder": name, "size": self.size}, f), binary=False)
 
     def _prune(self, epoch):
         for name in os.listdir(self.directory):

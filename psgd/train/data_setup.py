@@ -11,9 +11,12 @@ from dataclasses import dataclass
 import numpy as np
 from mpi4py import MPI
 
+from .. import mpi
 from ..data import (CmvnStats, apply_cmvn, chunk_utterances, load_kaldi, load_mnist1d,
                     shard_range)
-from ..errors import UsageError
+from ..errors import CollectiveUsageError, UsageError
+from ..kaldi import FeatureTransform
+from . import model_files
 
 MNIST1D_SEED = 42  # the package's standard data set; --seed drives training only
 
@@ -49,11 +52,14 @@ def read_local(args, rank, size, worker_index, num_workers):
         c, d = shard_range(ds.num_test, rank, size)
         return RankData(xt, yt, ds.x_test[c:d], ds.y_test[c:d], ds.num_classes,
                         tuple(ds.input_shape), "mnist1d")
+    transform = model_files.read_transform(args)
     if worker_index is None:
-        return None
-    return load_kaldi(args.feats, args.targets, worker_index, num_workers,
-                      splice=args.splice, cmvn=False, num_classes=args.num_classes,
-                      cv_feats=args.cv_feats, cv_targets=args.cv_targets)
+        return None, None, transform
+    ds, report = load_kaldi(args.feats, args.targets, worker_index, num_workers,
+                            splice=0 if transform else args.splice, cmvn=False,
+                            num_classes=args.num_classes, cv_feats=args.cv_feats,
+                            cv_targets=args.cv_targets, skip_nonfinite=args.skip_nonfinite)
+    return ds, report, transform
 
 
 def combine(args, comm, local, worker_index, sequences=False):
@@ -70,9 +76,9 @@ def combine(args, comm, local, worker_index, sequences=False):
 
 
 def _kaldi(args, comm, local, worker_index):
-    ds = None
-    if local is not None:
-        ds, report = local
+    ds, report, transform = local
+    given = transform is not None   # --feature-transform, or the one of an --init .npz
+    if ds is not None:
         stats, dim = report.cmvn_stats.pack(), report.feat_dim
         facts = np.array([dim, report.max_label, report.train.skipped_mismatch,
                           report.train.skipped_no_target], dtype=np.int64)
@@ -89,16 +95,32 @@ def _kaldi(args, comm, local, worker_index):
     comm.Allreduce(MPI.IN_PLACE, stats, op=MPI.SUM)
     comm.Allreduce(MPI.IN_PLACE, facts[1:2], op=MPI.MAX)
     comm.Allreduce(MPI.IN_PLACE, facts[2:], op=MPI.SUM)
+    if not args.num_classes:
+        _refuse_stray_label(args, comm, ds, int(facts[1]))
     num_classes = args.num_classes or int(facts[1]) + 1
     global_stats = CmvnStats.unpack(stats)
     if global_stats.count == 0:
         raise UsageError("%s: no usable utterances on any worker" % args.feats)
-    shape = (dim * (2 * args.splice + 1),)
+    if not given:
+        mean_std = global_stats.mean_std() if args.cmvn else (None, None)
+        transform = FeatureTransform.from_cmvn(dim, args.splice, *mean_std)
+    elif transform.input_dim != dim:
+        # every rank holds the same transform and dimension: all raise this together
+        raise CollectiveUsageError(
+            "%s expects inputs of shape (%d,) (its feature transform), %s has features of "
+            "dimension %d" % (args.feature_transform or args.init, transform.input_dim,
+                              args.feats, dim))
+    counts = _class_counts(comm, ds, num_classes)
+    shape = (transform.output_dim,)
     skipped = (int(facts[2]), int(facts[3]))
     if ds is None:
-        return RankData(_empty(shape), np.zeros(0, np.int64), _empty(shape),
+        data = RankData(_empty(shape), np.zeros(0, np.int64), _empty(shape),
                         np.zeros(0, np.int64), num_classes, shape, "kaldi", skipped=skipped)
-    if args.cmvn:
+        data.feature_transform, data.class_counts = transform, counts
+        return data
+    if given:
+        _apply_transform(ds, transform)
+    elif args.cmvn:
         ds = apply_cmvn(ds, global_stats)
     if len(ds.y_train) == 0:
         warnings.warn("worker %d has no training utterances (more workers than utterances)"
@@ -108,7 +130,51 @@ def _kaldi(args, comm, local, worker_index):
     data = RankData(ds.x_train, ds.y_train, x_eval, y_eval, num_classes, shape, "kaldi",
                     skipped=skipped)
     data.utts = (ds.train_utts, ds.test_utts)
+    data.feature_transform, data.class_counts = transform, counts
     return data
+
+
+STRAY_LABEL = 1000000  # a class id this large is a typo or a corrupt alignment
+STRAY_GAP = 64         # ... and so is one this far beyond twice the next largest
+
+
+def _refuse_stray_label(args, comm, ds, top):
+    """Collective. Without --num-classes the class count is the largest
+    label + 1: one stray label (100000 among 0..9) would grow the output
+    layer a thousandfold, or ask for terabytes. Refuse a largest label over
+    STRAY_LABEL, or over twice the next largest plus STRAY_GAP, naming the
+    utterance."""
+    splits = [] if ds is None else [(args.targets, ds.y_train, ds.train_utts),
+                                    (args.cv_targets, ds.y_test, ds.test_utts)]
+    below = np.array([max([int(y[y < top].max(initial=-1)) for _, y, _ in splits
+                           if y is not None], default=-1)], dtype=np.int64)
+    comm.Allreduce(MPI.IN_PLACE, [below, MPI.INT64_T], op=MPI.MAX)
+    error = None
+    if top > STRAY_LABEL or top > 2 * int(below[0]) + STRAY_GAP:
+        for path, y, utts in splits:
+            if y is not None and len(y) and (y == top).any():
+                i = int(np.searchsorted(utts.offsets, int(np.argmax(y == top)), side="right")) - 1
+                error = UsageError("%s: utterance %s: label %d is far beyond the others (the "
+                                   "next largest is %d); give --num-classes if it is meant"
+                                   % (path, utts.keys[i], top, int(below[0])))
+                break
+    mpi.agree(comm, error)
+
+
+def _class_counts(comm, ds, num_classes):
+    """Training frames per class over all workers (ali_train_pdf.counts)."""
+    counts = np.zeros(num_classes, dtype=np.int64)
+    if ds is not None and len(ds.y_train):
+        counts += np.bincount(ds.y_train, minlength=num_classes)[:num_classes]
+    comm.Allreduce(MPI.IN_PLACE, [counts, MPI.INT64_T], op=MPI.SUM)
+    return counts
+
+
+def _apply_transform(ds, transform):
+    """A Kaldi feature transform in place of psgd's splice + CMVN (per utterance)."""
+    ds.x_train = transform.apply(ds.x_train, ds.train_utts.offsets)
+    if ds.x_test is not None:
+        ds.x_test = transform.apply(ds.x_test, ds.test_utts.offsets)
 
 
 def _as_sequences(data, args):

@@ -10,14 +10,16 @@ same number of steps with the same row count: an epoch is ceil(n_min / (B/N))
 steps, n_min the smallest shard, and the one extra example a longer shard
 may hold is skipped that epoch (the order is reshuffled every epoch).
 
-HybridTrainer is a Trainer: set-up, the step, evaluation, checkpoints and
-outputs are its own; the epoch loop, the end-of-epoch metrics and log lines,
-the schedule and newbob's best-model keeping are the Trainer's. Checkpoints:
+HybridTrainer is a Trainer whose collaborator for how a step happens is
+ModelParallel (data_parallel.DataParallel is the other one): the epoch loop,
+the end-of-epoch metrics and log lines, the schedule, newbob's best model and
+checkpoint files are the Trainer's. Checkpoints:
 rank 0's file holds the gathered single-process model ("net/"), every rank's
 its own optimizer state; --out is the gathered model, loadable by a
 single-process run. The last log line compares the bytes moved per step with
 what data-parallel gradient averaging of the same network would move.
 """
+
 import math
 import warnings
 
@@ -25,100 +27,97 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import mpi
-from ..backend import get_backend
 from ..data import Minibatches
-from ..errors import UsageError
+from ..errors import CollectiveNonFiniteError, CollectiveUsageError, UsageError
 from ..nnet import create_optimizer
 from ..nnet.parallel import HybridNetwork, requirements, traffic
 from ..nnet.parallel.network import hidden_widths
 from . import checkpoint as ckpt
-from . import model_io
-from .data_setup import combine, read_local
-from .faults import NonFiniteError
 from .metrics import kaldi_log
-from .trainer import Trainer, _from_host, _host_state
+from .trainer import Trainer
 
 MODELS = ("cnn", "mlp")
 
 
-class HybridTrainer(Trainer):
-    def __init__(self, args, comm=None):
-        super().__init__(args, comm)
-        # every rank trains: no server, whatever --algo says
-        self.server_based = self.is_server = False
+class ModelParallel:
+    """Every rank trains (no server, whatever --algo says); the network
+    does all the communication itself."""
+
+    server_based = is_server = False
+
+    def __init__(self, args, comm):
+        self.args, self.comm = args, comm
+        self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.num_workers, self.worker_index = self.size, self.rank
+        self.say = self.rank == mpi.MAIN_RANK and not args.quiet
         self.steps, self.dropped = 0, 0
+        self.net = None
 
     # set-up ----------------------------------------------------------------------------
-    def setup(self):
-        args, error, local = self.args, None, None
+    def check(self):
+        if self.args.model not in MODELS:
+            raise UsageError("--model-parallel trains the %s models, not %r"
+                             % (" and ".join(MODELS), self.args.model))
+
+    def build(self, full, optimizer, backend, data):
+        """Collective: slice the whole model over the ranks. Returns the
+        (network, optimizer) to train with."""
+        args, error = self.args, None
         try:
-            if args.model not in MODELS:
-                raise UsageError("--model-parallel trains the %s models, not %r"
-                                 % (" and ".join(MODELS), args.model))
-            self.backend = get_backend(args.backend, mpi.Node(self.comm).local_rank, args.gpu_ids)
-            local = read_local(args, self.rank, self.size, self.rank, self.size)
-        except (UsageError, ValueError, OSError) as exc:
-            error = exc if isinstance(exc, UsageError) else UsageError(str(exc))
-        mpi.agree(self.comm, error)
-        self.data = combine(args, self.comm, local, self.rank)
-        error = None
-        try:
-            self._build()  # the Trainer's: the full model, optimizer, schedule, data arrays
-            full = self.net
             requirements.check(self.size, hidden_widths(full.components), args.minibatch_size)
-            self.net = HybridNetwork(full, self.comm.Dup(), sync_bn=args.sync_bn, seed=args.seed)
+            self.net_comm = self.comm.Dup()
+            self.net = HybridNetwork(full, self.net_comm, sync_bn=args.sync_bn, seed=args.seed)
             # clipping needs the norm of the whole gradient: done here, not per slice
-            self.clip = self.optimizer.clip
-            self.optimizer = create_optimizer(args.optimizer,
-                                              **dict(self.optimizer.options, clip=0.0))
+            self.clip = optimizer.clip
+            self.optimizer = create_optimizer(args.optimizer, **dict(optimizer.options, clip=0.0))
         except (UsageError, ValueError, OSError) as exc:
             error = exc if isinstance(exc, UsageError) else UsageError(str(exc))
         mpi.agree(self.comm, error)
-        shortest = np.array([len(self.y_train)], dtype=np.int64)
+        shortest = np.array([len(data.y_train)], dtype=np.int64)
         self.comm.Allreduce(MPI.IN_PLACE, [shortest, MPI.INT64_T], op=MPI.MIN)
         self.shortest = int(shortest[0])
         if self.shortest == 0:
-            exc = UsageError("--model-parallel needs training examples on every rank; a shard "
-                             "of %d examples over %d ranks is empty" % (self.data.total_train,
-                                                                         self.size))
-            exc.collective = True
-            raise exc
+            raise CollectiveUsageError(
+                "--model-parallel needs training examples on every rank; a shard of %d "
+                "examples over %d ranks is empty" % (data.total_train, self.size))
         self.per_rank = args.minibatch_size // self.size
-        self._setup_run()
+        return self.net, self.optimizer
 
-    def _announce(self):
-        d, a, net = self.data, self.args, self.net
-        kaldi_log("hybrid data/model parallel on %d ranks (--algo ignored), %s: each rank "
-                  "takes %d of the %d samples of a step; %d params before the first fully "
-                  "connected layer data-parallel, fully connected layers sliced by output "
-                  "units (output layer %s); %d params, %d on this rank; %s data %d train / "
-                  "%d held-out examples, backend %s" % (
-                      self.size, a.model, self.per_rank, a.minibatch_size, net.dp_size,
-                      "sliced" if net.sliced_logits else "replicated: %d classes do not split "
-                      "over %d ranks" % (net.num_classes, self.size),
-                      net.num_params_full, net.num_params, d.name, d.total_train, d.total_eval,
-                      self.backend.name), "setup")
+    def announcement(self, net, data, backend):
+        return ("hybrid data/model parallel on %d ranks (--algo ignored), %s: each rank "
+                "takes %d of the %d samples of a step; %d params before the first fully "
+                "connected layer data-parallel, fully connected layers sliced by output "
+                "units (output layer %s); %d params, %d on this rank; %s data %d train / "
+                "%d held-out examples, backend %s" % (
+                    self.size, self.args.model, self.per_rank, self.args.minibatch_size,
+                    net.dp_size, "sliced" if net.sliced_logits else "replicated: %d classes "
+                    "do not split over %d ranks" % (net.num_classes, self.size),
+                    net.num_params_full, net.num_params, data.name, data.total_train,
+                    data.total_eval, backend.name))
+
+    def title(self):
+        return "hybrid data/model parallel"
 
     # training ----------------------------------------------------------------------------
-    def begin_epoch(self, epoch):
+    def begin_epoch(self, epoch, first):
         """No synchronization algorithm to open a round of."""
 
-    def train_epoch(self, epoch, progress):
+    def train_epoch(self, epoch, data, progress, watchdog):
         net, opt, b = self.net, self.optimizer, self.per_rank
         w, g = net.param_buffer.data, net.grad_buffer.data
+        x, y = data
+        shortest = self.shortest
         net.reseed_dropout(epoch)
-        batches = Minibatches(self.x_train, self.y_train, b,
-                              seed=self.args.seed * 100003 + self.rank, epoch=epoch)
-        steps = math.ceil(self.shortest / b)
+        batches = Minibatches(x, y, b, seed=self.args.seed * 100003 + self.rank, epoch=epoch)
+        steps = math.ceil(shortest / b)
         loss_sum, frames_seen = 0.0, 0
         for t in range(steps):
             xb, yb = next(batches)
-            rows = min(b, self.shortest - t * b)  # the same on every rank
+            rows = min(b, shortest - t * b)  # the same on every rank
             xb, yb = xb[:rows], yb[:rows]
-            self.watchdog.enter(epoch, self.steps)
+            watchdog.enter(epoch, self.steps)
             loss = float(net.loss_and_grad(xb, yb))  # the global minibatch's: same everywhere
-            self.watchdog.leave()
+            watchdog.leave()
             self.steps += 1
             if not math.isfinite(loss) and not self._skip(epoch, loss):
                 continue
@@ -139,74 +138,70 @@ class HybridTrainer(Trainer):
         the step (--skip-nonfinite). Returns False when the step is skipped."""
         where = "non-finite loss %s at step %d (epoch %d)" % (loss, self.steps, epoch + 1)
         if not self.args.skip_nonfinite:
-            exc = NonFiniteError(where + "; stopping (--skip-nonfinite skips such steps instead)")
-            exc.collective = True
-            raise exc
+            raise CollectiveNonFiniteError(
+                where + "; stopping (--skip-nonfinite skips such steps instead)")
         if self.say:
             warnings.warn(where + ": step skipped")
         self.dropped += 1
         self.optimizer.reset()
         return False
 
-    def _syncs(self):
+    def syncs(self):
         return self.steps
 
-    def evaluate(self):
+    # end of epoch ------------------------------------------------------------------------
+    def evaluate(self, x, y):
         self.net.average_stats()
-        return self.net.evaluate(self.x_eval, self.y_eval)
+        return self.net.evaluate(x, y)
 
-    # outputs -----------------------------------------------------------------------------
+    def model(self):
+        return self.net.param_buffer.data
+
+    def rollback(self, best):
+        """No algorithm holds state about the model: this rank's slice goes back."""
+        self.net.param_buffer.data[...] = best
+
+    # checkpoints and outputs -------------------------------------------------------------
     def header(self):
-        config = {k: v for k, v in vars(self.args).items()
-                  if isinstance(v, (int, float, str, bool)) or v is None}
-        return {"model": self.model_header, "config": config,
-                "hybrid": {"ranks": self.size, "sliced_logits": self.net.sliced_logits,
+        return {"hybrid": {"ranks": self.size, "sliced_logits": self.net.sliced_logits,
                            "sync_bn": self.net.sync_bn}}
 
-    def finish(self):
-        if self.dropped and self.say:
-            kaldi_log("skipped %d step(s) with a non-finite loss (--skip-nonfinite)"
-                      % self.dropped)
-        if self.args.out:
-            state = self.net.full_state_dict(root=0)
-            if self.main:
-                model_io.save(self.args.out, state, self.header())
-                if self.say:
-                    kaldi_log("wrote %s" % self.args.out, "finish")
-        if self.say and self.net.traffic.steps:
-            kaldi_log(traffic.describe(self.net.traffic_report()), "finish")
-        if self.args.plot and self.main and self.metrics.rows:
-            from .plot import plot_curves
-            plot_curves(self.metrics.rows, self.args.plot,
-                        "psgd hybrid data/model parallel, %d ranks" % self.size)
-
-    def save_checkpoint(self, epoch, wall):
+    def checkpoint_state(self):
+        """Rank 0's file holds the gathered single-process model ("net/")."""
         state = self.net.full_state_dict(root=0)
-        arrays = ckpt.join("net", state) if state is not None else {}
-        arrays.update(ckpt.join("opt", _host_state(self.optimizer.state_dict())))
-        if self.best is not None:
-            arrays["best"] = self.backend.to_host(self.best)
-        header = dict(self.header(), samples=self.samples, wall=wall, steps=self.steps,
-                      schedule=self.schedule.state())
-        self.checkpointer.save(epoch, arrays, header)
+        return (ckpt.join("net", state) if state is not None else {}), {"steps": self.steps}
 
-    def _check_hybrid(self, state):
+    def check_checkpoint(self, state):
         if "hybrid" not in state[1]:
             raise UsageError("%s holds a checkpoint of a run without --model-parallel"
                              % self.args.checkpoint_dir)
 
-    def _resume(self):
-        state = self._load_checkpoint(self._check_hybrid)
-        if state is None:
-            return
-        arrays, header = state
-        self.net.load_full_state(ckpt.split(arrays, "net") if self.main else None)
-        self.optimizer.load_state_dict(_from_host(ckpt.split(arrays, "opt")))
-        if "best" in arrays:
-            self.best = self.backend.xp.asarray(arrays["best"])
-        self.schedule.load(header["schedule"])
-        self.start_epoch, self.samples = header["epoch"] + 1, header["samples"]
-        self.steps, self.wall_offset = header["steps"], header["wall"]
-        if self.say:
-            kaldi_log("resumed from epoch %d of %s" % (header["epoch"] + 1,
-                                                      self.args.checkpoint_dir))
+    def load_checkpoint(self, arrays, header):
+        main = self.rank == mpi.MAIN_RANK
+        self.net.load_full_state(ckpt.split(arrays, "net") if main else None)
+        self.steps = header["steps"]
+
+    def final_state(self):
+        """Collective: the gathered model on rank 0 (None elsewhere)."""
+        return self.net.full_state_dict(root=0) if self.args.out else None
+
+    def closing_lines(self, say, main):
+        if self.dropped and say:
+            kaldi_log("skipped %d step(s) with a non-finite loss (--skip-nonfinite)"
+                      % self.dropped)
+
+    def summary(self):
+        """Bytes moved per step against data-parallel gradient averaging."""
+        return traffic.describe(self.net.traffic_report()) if self.net.traffic.steps else None
+
+    def close(self):
+        """Collective: free the network's communicator."""
+        if self.net is not None:
+            self.net_comm.Free()
+            self.net = None
+
+
+class HybridTrainer(Trainer):
+    """--model-parallel: the Trainer with ModelParallel steps."""
+
+    parallelism = ModelParallel

@@ -6,49 +6,79 @@ import math
 import os
 import sys
 import time
+import warnings
+
+from ..errors import UsageError
+from .outputs import atomic_write
 
 PROGRAM = "psgd-train"
 
 
-def kaldi_log(message, where="train"):
-    """A Kaldi LOG line: `LOG (prog[version]:where():file:line) message`."""
+def kaldi_log(message, where="train", depth=1):
+    """A Kaldi LOG line: `LOG (prog[version]:where():file:line) message`, the
+    file and line of the caller (`depth` frames up)."""
     from .. import __version__
-    print("LOG (%s[%s]:%s():trainer.py:0) %s" % (PROGRAM, __version__, where, message), flush=True)
+    caller = sys._getframe(depth)
+    print("LOG (%s[%s]:%s():%s:%d) %s" % (
+        PROGRAM, __version__, where, os.path.basename(caller.f_code.co_filename),
+        caller.f_lineno, message), flush=True)
 
 
 def kaldi_epoch_lines(split, loss, accuracy, frames):
     """The two lines train_scheduler.sh greps: AvgLoss ($4) and FRAME_ACCURACY ($3)."""
     kaldi_log("AvgLoss: %.6g (Xent), [AvgXent: %.6g, AvgTargetEnt: 0] on %s, %d frames"
-              % (loss, loss, split, frames), "main")
+              % (loss, loss, split, frames), "main", depth=2)
     if accuracy is not None and not math.isnan(accuracy):
         print("FRAME_ACCURACY >> %.4f%% <<" % (100.0 * accuracy), flush=True)
 
 
 class MetricsLog:
-    """Appends one JSON line per epoch (NaN written as null) and keeps them."""
+    """One JSON line per epoch (NaN written as null), the whole file rewritten
+    atomically each epoch: a full disk leaves the last complete file, never
+    a torn line. `keep_epochs`: the epochs a resumed run keeps (those up to
+    its checkpoint; 0, a fresh start, truncates the file)."""
 
-    def __init__(self, path=None, resume=False):
+    def __init__(self, path=None, keep_epochs=0):
         self.path = path
         self.rows = []
+        if path and keep_epochs and os.path.exists(path):
+            self.rows = [r for r in read_rows(path) if r.get("epoch", 0) <= keep_epochs]
         if path:
-            folder = os.path.dirname(os.path.abspath(path))
-            os.makedirs(folder, exist_ok=True)
-            if resume and os.path.exists(path):
-                with open(path) as f:
-                    self.rows = [json.loads(line) for line in f if line.strip()]
-            else:
-                open(path, "w").close()
+            self._save()
 
     def write(self, row):
         row = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
                for k, v in row.items()}
         self.rows = [r for r in self.rows if r.get("epoch") != row.get("epoch")] + [row]
         if self.path:
-            with open(self.path, "w") as f:
-                for r in self.rows:
-                    f.write(json.dumps(r) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
+            self._save()
+
+    def _save(self):
+        text = "".join(json.dumps(r) + "\n" for r in self.rows)
+        atomic_write(self.path, lambda f: f.write(text), binary=False)
+
+
+def read_rows(path):
+    """The rows of a metrics file; a torn last line (a writer of an older
+    psgd killed mid-line) is dropped with a warning, anything else that is
+    not a JSON object is a UsageError naming the file and line."""
+    with open(path) as f:
+        lines = f.read().split("\n")
+    rows = []
+    numbered = [(i, line) for i, line in enumerate(lines, 1) if line.strip()]
+    for k, (lineno, line) in enumerate(numbered):
+        try:
+            row = json.loads(line)
+            if not isinstance(row, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            if k == len(numbered) - 1:
+                warnings.warn("%s:%d: torn last line dropped" % (path, lineno))
+                break
+            raise UsageError("%s:%d: not a metrics line (a JSON object)" % (path, lineno)) \
+                from None
+        rows.append(row)
+    return rows
 
 
 class Progress:
@@ -81,14 +111,30 @@ class ServerTotals:
     def __init__(self):
         self.syncs = self.samples = 0
         self.busy_s = self.idle_s = self.wall_s = self.cpu_s = 0.0
+        self.staleness = []          # [i]: syncs of staleness i, all epochs
+        self.last = None             # the latest epoch's ServerStats
 
     def add(self, stats):
         for key in ("busy_s", "idle_s", "wall_s", "cpu_s"):
             setattr(self, key, getattr(self, key) + getattr(stats, key))
         self.syncs, self.samples = stats.syncs, stats.samples  # running totals already
+        self.staleness += [0] * (len(stats.staleness) - len(self.staleness))
+        for tau, count in enumerate(stats.staleness):
+            self.staleness[tau] += count
+        self.last = stats
+
+    def epoch_row(self):
+        """The latest epoch's staleness for --metrics: mean, max, histogram."""
+        s = self.last
+        return {} if s is None else {"staleness_mean": s.staleness_mean,
+                                     "staleness_max": s.staleness_max,
+                                     "staleness_hist": list(s.staleness)}
 
     def line(self):
+        total = sum(self.staleness)
+        mean = sum(i * c for i, c in enumerate(self.staleness)) / total if total else 0.0
         return ("server: %d syncs served, %d samples; busy %.2fs, idle %.2fs of %.2fs, "
-                "CPU %.0f%% of its wall time" % (self.syncs, self.samples, self.busy_s,
-                                                 self.idle_s, self.wall_s,
-                                                 100 * self.cpu_s / max(self.wall_s, 1e-9)))
+                "CPU %.0f%% of its wall time; staleness mean %.2f, max %d" % (
+                    self.syncs, self.samples, self.busy_s, self.idle_s, self.wall_s,
+                    100 * self.cpu_s / max(self.wall_s, 1e-9), mean,
+                    max((i for i, c in enumerate(self.staleness) if c), default=0)))

@@ -1,15 +1,15 @@
 """Saved models and checkpoints: .npz of named arrays plus a JSON header,
-written atomically (temp file, fsync, rename) with a checksum that load
+written atomically (outputs.atomic_write: temp file, fsync, rename) with a checksum that load
 verifies, and read with allow_pickle=False (a file is only ever read)."""
 import hashlib
 import json
 import os
-import tempfile
 import zipfile
 
 import numpy as np
 
 from ..errors import UsageError
+from .outputs import atomic_write
 
 HEADER = "__header__"
 
@@ -33,33 +33,7 @@ def save(path, arrays, header):
     header = dict(header, checksum=_digest(arrays))
     payload = dict(arrays)
     payload[HEADER] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(folder)
-
-
-def _fsync_dir(folder):
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    atomic_write(path, lambda f: np.savez(f, **payload), suffix=".npz")
 
 
 def load(path):

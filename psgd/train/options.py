@@ -1,10 +1,12 @@
 """The trainer's flags: one parser for `python -m psgd.worker`, `psgd-train`
 and `psgd.train.make_config(**overrides)` from Python."""
 import argparse
+import math
 import sys
 
 from ..algorithms import ALGORITHMS, REGISTRY
 from ..errors import UsageError
+from ..kaldi.cli import boolean as kaldi_boolean
 
 # flag dest -> the algorithm option it sets (passed only when given)
 ALGORITHM_FLAGS = {
@@ -14,11 +16,29 @@ ALGORITHM_FLAGS = {
     "outer": "outer", "outer_lr": "outer_lr", "outer_momentum": "outer_momentum",
     "barrier_period": "barrier_period",
     "masgd_momentum": "momentum", "masgd_scope": "scope",
+    "staleness_compensation": "staleness_compensation", "dc_lambda": "dc_lambda",
 }
 DEFAULT_LR = {"sgd": 0.05, "momentum": 0.02, "nesterov": 0.02, "adagrad": 0.02,
               "adadelta": 1.0, "rmsprop": 1e-3, "adam": 2e-3}
 MODELS = ("cnn", "mlp", "lstm")
 SCHEDULES = ("constant", "exponential", "newbob")
+
+
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def finite_float(text):
+    """A float flag's value: finite, and finite in float32 too (the model's
+    arithmetic), so --lr inf, --stall-timeout nan or --lr 1e300 fail at parse
+    time instead of as a non-finite model after the first sync, or a watchdog
+    that silently never fires."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError("invalid float value: %r" % (text,)) from None
+    if not math.isfinite(value) or abs(value) > FLOAT32_MAX:
+        raise argparse.ArgumentTypeError("%r is not a finite (float32) number" % (text,))
+    return value
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -38,48 +58,61 @@ def build_parser(prog="psgd-train"):
     g.add_argument("--sync-period", type=int, default=None, metavar="SAMPLES",
                    help="samples (frames) a worker trains between syncs "
                         "(default 4 minibatches; syncgrad syncs every minibatch)")
-    g.add_argument("--alpha", type=float, help="easgd/asgd/masgd moving rate")
+    g.add_argument("--alpha", type=finite_float, help="easgd/asgd/masgd moving rate")
     g.add_argument("--weighting", choices=("samples", "uniform"), help="bsp weighting")
-    g.add_argument("--block-momentum", type=float, help="bmuf eta (default 1-1/N)")
-    g.add_argument("--block-lr", type=float, help="bmuf zeta (default 1)")
+    g.add_argument("--block-momentum", type=finite_float, help="bmuf eta (default 1-1/N)")
+    g.add_argument("--block-lr", type=finite_float, help="bmuf zeta (default 1)")
     g.add_argument("--no-nesterov", dest="nesterov", action="store_const", const=False,
                    help="bmuf: classic block momentum")
     g.add_argument("--no-reset-local-state", dest="reset_local_state", action="store_const",
-                   const=False, help="bmuf: keep the local optimizer state across syncs")
+                   const=False, help="bmuf: keep the local optimizer state across syncs "
+                   "(the trainer's default)")
+    g.add_argument("--reset-local-state", dest="reset_local_state", action="store_const",
+                   const=True, help="bmuf: clear the local optimizer state after each sync")
     g.add_argument("--outer", choices=("sgd", "momentum", "nesterov", "adam"), help="sod outer step")
-    g.add_argument("--outer-lr", type=float, help="sod outer learning rate (default 0.7)")
-    g.add_argument("--outer-momentum", type=float, help="sod outer momentum (default 0.9)")
+    g.add_argument("--outer-lr", type=finite_float, help="sod outer learning rate (default 0.7)")
+    g.add_argument("--outer-momentum", type=finite_float, help="sod outer momentum (default 0.9)")
     g.add_argument("--barrier-period", type=int, help="asgd/masgd bounded staleness K")
-    g.add_argument("--masgd-momentum", type=float, help="masgd server momentum m (default 0.9)")
+    g.add_argument("--masgd-momentum", type=finite_float, help="masgd server momentum m (default 0.9)")
     g.add_argument("--masgd-scope", choices=("worker", "global"), help="masgd momentum scope")
+    g.add_argument("--staleness-compensation", choices=("none", "scale", "dc"),
+                   help="asgd/masgd: correct a stale delta (scale: divide by its staleness; "
+                        "dc: DC-ASGD delay compensation)")
+    g.add_argument("--dc-lambda", type=float, help="asgd/masgd dc: curvature scale lambda")
 
     g = p.add_argument_group("model and optimizer")
     g.add_argument("--model", default="cnn", help="cnn (default) | mlp | lstm")
     g.add_argument("--hidden", default=None, help="FC layer sizes, e.g. 256,256")
     g.add_argument("--channels", default=None, help="cnn conv channels, e.g. 32,32,32")
     g.add_argument("--lstm-cells", type=int, default=None, help="LSTM cells")
-    g.add_argument("--dropout", type=float, default=None, help="dropout rate")
+    g.add_argument("--dropout", type=finite_float, default=None, help="dropout rate")
     g.add_argument("--batchnorm", action="store_const", const=True, default=None,
                    help="cnn: BatchNorm after each conv (running statistics averaged "
                         "across workers)")
     g.add_argument("--bptt", type=int, default=20, help="LSTM truncated-BPTT chunk (frames)")
     g.add_argument("--optimizer", default="adam",
                    help="sgd | momentum | nesterov | adagrad | adadelta | rmsprop | adam")
-    g.add_argument("--lr", type=float, default=None, help="learning rate (default per optimizer)")
-    g.add_argument("--momentum", type=float, default=0.9, help="local momentum")
-    g.add_argument("--weight-decay", type=float, default=0.0, help="L2 penalty")
-    g.add_argument("--clip", type=float, default=0.0, help="gradient-norm clipping (0: off)")
+    g.add_argument("--lr", type=finite_float, default=None, help="learning rate (default per optimizer)")
+    g.add_argument("--momentum", type=finite_float, default=0.9, help="local momentum")
+    g.add_argument("--weight-decay", type=finite_float, default=0.0, help="L2 penalty")
+    g.add_argument("--clip", type=finite_float, default=0.0, help="gradient-norm clipping (0: off)")
     g.add_argument("--lr-schedule", choices=SCHEDULES, default="constant")
-    g.add_argument("--lr-decay", type=float, default=0.9, help="exponential: factor per epoch")
-    g.add_argument("--newbob-start", type=float, default=0.01,
+    g.add_argument("--lr-decay", type=finite_float, default=0.9, help="exponential: factor per epoch")
+    g.add_argument("--newbob-start", type=finite_float, default=0.01,
                    help="newbob: start halving when the relative held-out loss gain is below this")
-    g.add_argument("--newbob-end", type=float, default=0.001,
+    g.add_argument("--newbob-end", type=finite_float, default=0.001,
                    help="newbob: stop when the gain while halving is below this")
-    g.add_argument("--newbob-factor", type=float, default=0.5, help="newbob: lr factor")
+    g.add_argument("--newbob-factor", type=finite_float, default=0.5, help="newbob: lr factor")
+    g.add_argument("--no-lr-scaling", dest="lr_scaling", action="store_false",
+                   help="keep the one-worker rate at N > 1 (default: the large-batch rule, "
+                        "see psgd/train/large_batch.py)")
+    g.add_argument("--warmup-epochs", type=int, default=None,
+                   help="epochs to ramp up to the scaled rate (default %d)" % WARMUP_EPOCHS)
     g.add_argument("--epochs", type=int, default=30)
     g.add_argument("--minibatch-size", type=int, default=32)
     g.add_argument("--seed", type=int, default=777)
-    g.add_argument("--init", default=None, metavar="MODEL.npz", help="start from a saved model")
+    g.add_argument("--init", default=None, metavar="MODEL",
+                   help="start from a saved model: psgd .npz or Kaldi nnet1 (binary or text)")
     g.add_argument("--cross-validate", action="store_true",
                    help="only evaluate --init on the held-out set (Kaldi's --cross-validate)")
 
@@ -92,16 +125,27 @@ def build_parser(prog="psgd-train"):
     g.add_argument("--splice", type=int, default=0, help="frame context +-K")
     g.add_argument("--no-cmvn", dest="cmvn", action="store_false", help="skip global CMVN")
     g.add_argument("--num-classes", type=int, default=None)
+    g.add_argument("--feature-transform", default=None, metavar="FILE",
+                   help="Kaldi feature transform (Splice/AddShift/Rescale nnet1) applied to "
+                        "the input instead of --splice and global CMVN")
 
     g = p.add_argument_group("runtime")
     g.add_argument("--backend", default=None, help="auto | numpy | cupy (env PSGD_BACKEND)")
     g.add_argument("--gpu-ids", default=None, help="GPU per local rank, e.g. 0,1,2,3")
+    g.add_argument("--cuda-aware", default=None, choices=("auto", "yes", "no"),
+                   help="hand device buffers to MPI directly (yes) or stage them through "
+                        "pinned host memory (no); auto asks the MPI library "
+                        "(env PSGD_CUDA_AWARE; default auto)")
     g.add_argument("--model-parallel", action="store_true",
                    help="FC layers model-parallel, conv layers data-parallel")
     g.add_argument("--sync-bn", action="store_true", help="model-parallel: reduce BN statistics")
 
     g = p.add_argument_group("outputs")
-    g.add_argument("--out", default=None, metavar="MODEL.npz")
+    g.add_argument("--out", default=None, metavar="MODEL",
+                   help="MODEL.npz, or NAME.nnet for Kaldi nnet1 (with final.feature_transform "
+                        "and ali_train_pdf.counts beside it)")
+    g.add_argument("--binary", type=kaldi_boolean, default=True, metavar="true|false",
+                   help="nnet1 --out in Kaldi's binary format (default true)")
     g.add_argument("--metrics", default=None, metavar="M.jsonl")
     g.add_argument("--plot", default=None, metavar="CURVES.png")
     g.add_argument("--checkpoint-dir", default=None)
@@ -111,7 +155,7 @@ def build_parser(prog="psgd-train"):
     g.add_argument("--quiet", action="store_true", help="no per-epoch log lines")
 
     g = p.add_argument_group("faults")
-    g.add_argument("--stall-timeout", type=float, default=60.0,
+    g.add_argument("--stall-timeout", type=finite_float, default=60.0,
                    help="report ranks that have not reached a sync after this many seconds")
     g.add_argument("--stall-abort", action="store_true", help="end the job on a stall")
     g.add_argument("--skip-nonfinite", action="store_true",
@@ -149,14 +193,27 @@ def validate(args):
     for name in ("minibatch_size", "num_samples", "sync_period", "lr", "bptt",
                  "checkpoint_every", "stall_timeout"):
         _positive(name, getattr(args, name))
+    if args.warmup_epochs is not None and args.warmup_epochs < 0:
+        raise UsageError("--warmup-epochs must be >= 0, got %d" % args.warmup_epochs)
+    for dest in _float_dests():
+        value = getattr(args, dest, None)
+        if value is not None:
+            try:
+                finite_float(value)
+            except argparse.ArgumentTypeError as exc:
+                raise UsageError("--%s: %s" % (dest.replace("_", "-"), exc)) from None
     if args.splice < 0:
         raise UsageError("--splice must be >= 0, got %d" % args.splice)
+    _positive("num_classes", args.num_classes)
+    _refuse_idle_flags(args)
     if (args.feats is None) != (args.targets is None):
         raise UsageError("--feats and --targets go together")
     if args.resume and not args.checkpoint_dir:
         raise UsageError("--resume needs --checkpoint-dir")
     if args.cross_validate and not args.init:
-        raise UsageError("--cross-validate needs --init MODEL.npz")
+        raise UsageError("--cross-validate needs --init MODEL")
+    if args.feature_transform and args.feats is None:
+        raise UsageError("--feature-transform applies to Kaldi features: give --feats")
     if args.dropout is not None and not 0 <= args.dropout < 1:
         raise UsageError("--dropout must be in [0, 1), got %r" % args.dropout)
     cls = REGISTRY[args.algo]
@@ -166,20 +223,157 @@ def validate(args):
     return args
 
 
-def algorithm_options(args):
-    """psgd.create keyword options from the flags the user gave."""
+_FLOAT_DESTS = []
+
+
+def _float_dests():
+    """The dests of the float flags (make_config sets them from Python)."""
+    if not _FLOAT_DESTS:
+        _FLOAT_DESTS.extend(a.dest for a in build_parser()._actions if a.type is finite_float)
+    return _FLOAT_DESTS
+
+
+def _refuse_idle_flags(args):
+    """A flag that would change nothing is an error, not a silent exit 0."""
+    if args.feats is None:
+        for flag, given in (("num-classes", args.num_classes is not None),
+                            ("cv-feats", args.cv_feats is not None),
+                            ("cv-targets", args.cv_targets is not None),
+                            ("splice", args.splice > 0)):
+            if given:
+                raise UsageError("--%s applies to Kaldi data (--feats/--targets); the default "
+                                 "MNIST-1D data has 10 classes, its own held-out split and "
+                                 "no frame context" % flag)
+    elif (args.cv_feats is None) != (args.cv_targets is None):
+        raise UsageError("--cv-feats and --cv-targets go together")
+    elif args.cv_feats is None:
+        # Kaldi data has no held-out set unless given: newbob would compare
+        # NaN losses and reject every epoch, --cross-validate report nothing.
+        if args.lr_schedule == "newbob":
+            raise UsageError("--lr-schedule newbob needs a held-out set with Kaldi data: "
+                             "give --cv-feats and --cv-targets")
+        if args.cross_validate:
+            raise UsageError("--cross-validate needs a held-out set with Kaldi data: "
+                             "give --cv-feats and --cv-targets")
+    if args.sync_bn and not args.model_parallel:
+        raise UsageError("--sync-bn applies to --model-parallel only (data-parallel "
+                         "algorithms average BatchNorm statistics at every sync already)")
+
+
+def algorithm_options(args, num_workers=None):
+    """psgd.create keyword options from the flags the user gave, over the
+    trainer's defaults for `num_workers` (trainer_defaults)."""
     cls = REGISTRY[args.algo]
-    return {option: getattr(args, flag) for flag, option in ALGORITHM_FLAGS.items()
-            if getattr(args, flag) is not None and option in cls.OPTIONS}
+    given = {option: getattr(args, flag) for flag, option in ALGORITHM_FLAGS.items()
+             if getattr(args, flag) is not None and option in cls.OPTIONS}
+    defaults = trainer_defaults(args.algo, num_workers) if num_workers else {}
+    return {**defaults, **given}
+
+
+def trainer_defaults(algo, num_workers):
+    """Algorithm options the trainer sets when the user does not, by N. The
+    algorithms' own defaults (psgd.create) stay those of ALGORITHMS.md; these
+    are what the convergence benchmark measured best with the trainer's data
+    and models (MNIST-1D CNN, Adam, 30 epochs, BENCHMARKS.md):
+    - easgd alpha = max(0.9 / N, 0.3): the paper's beta = N * alpha = 0.9
+      pulls each worker to the center too weakly from N = 4 on; at 8 workers
+      alpha 0.11 -> 0.3 took 93.1% -> 94.8% (with the large-batch rate).
+    - bmuf block_momentum = BMUF_MOMENTUM: see there; reset_local_state off:
+      clearing Adam's moments every 4-minibatch block cost 4 points even at
+      one worker (96.5% -> 92.5%, seed 1), and never helped (5 workers, seed
+      777: 89.5% -> 90.4% kept; 8 workers, seed 1: 94.1% -> 94.4%).
+    - asgd/masgd staleness_compensation = STALENESS_COMPENSATION: see there."""
+    N = num_workers
+    if algo == "easgd":
+        return {"alpha": max(0.9 / N, 0.3)}
+    if algo == "bmuf":
+        return {"block_momentum": BMUF_MOMENTUM(N), "reset_local_state": False}
+    if algo in STALENESS_COMPENSATION:
+        return {"staleness_compensation": STALENESS_COMPENSATION[algo](N)}
+    return {}
+
+
+# bmuf: CNTK's eta = 1 - 1/N (the block step N times the mean delta) up to
+# 4 workers; from BMUF_SLOW_FROM workers eta = 0.5 and the local rate times
+# N / 4 (bmuf_lr_factor). Measured at 8 workers, seeds 1 / 2 (one worker 96.5 /
+# 95.1%): eta 0.875 92.8 / 89.0%; eta 0.5 with lr x2 94.1 / 93.8%. Tried and
+# worse at seed 1: eta 0.75 (92.7%; with lr x2 90.0%), eta 0.5 at lr (91.7%),
+# eta 0.875 with lr x2 (92.0%), eta 0.5 with lr x2.8 (92.4%, with warm-up
+# 91.8%), eta 0.5 with block_lr 2 instead of the local rate (49.8 / 59.2%).
+BMUF_SLOW_FROM = 8
+
+
+def BMUF_MOMENTUM(N):
+    return 0.5 if N >= BMUF_SLOW_FROM else 1.0 - 1.0 / max(N, 1)
+
+
+def bmuf_lr_factor(N):
+    return N / 4.0 if N >= BMUF_SLOW_FROM else 1.0
+
+
+# asgd/masgd: see ASGD_DC_FROM.
+STALENESS_COMPENSATION = {"asgd": lambda N: "dc" if N >= ASGD_DC_FROM else "none",
+                          "masgd": lambda N: "dc" if N > 1 else "none"}
 
 
 def default_lr(args, num_workers):
     """The optimizer's default rate; asgd adds every worker's delta to the
     center at full gain, so the center moves N times as fast as one worker's
     optimizer and its default local rate is divided by N (measured: the
-    undivided rate left asgd at 25-83% at np 5 on MNIST-1D, divided 92-93%)."""
+    undivided rate left asgd at 25-83% at np 5 on MNIST-1D, divided 92-93%)
+    -- up to ASGD_DC_FROM workers. From there on the divided rate is too slow
+    (8 workers: 78.1% / 76.6% for seeds 1 / 2) and a larger one diverges
+    without compensation (lr/2.8: 35%, lr/2: 27%), so asgd switches to delay
+    compensation (trainer_defaults) and the undivided rate: 90.8% / 88.2%."""
     lr = DEFAULT_LR.get(args.optimizer, 0.01)
-    return lr / num_workers if args.algo == "asgd" else lr
+    if args.algo == "asgd" and num_workers < ASGD_DC_FROM:
+        return lr / num_workers
+    return lr
+
+
+# asgd: below this many workers, no compensation and the rate divided by N;
+# from it on, dc and the undivided rate. Measured on MNIST-1D (30 epochs, seeds
+# 1 / 2, one worker 96.5% / 95.1%): at 4 workers dc at lr/4 cost 4.6 / 4.7
+# points (94.8 -> 90.2, 91.6 -> 86.9) and dc at lr 92.1% (seed 1); at 8 workers
+# see default_lr. masgd: dc at every N (8 workers: 29.8% -> 89.1%; 4 workers,
+# seeds 1 / 2: 91.1 / 88.0% -> 91.6 / 89.9%); scale was behind dc at 8 workers
+# (asgd 89.3-90.9%, masgd 86.5%).
+ASGD_DC_FROM = 8
+
+
+# The large-batch rule (large_batch.py) by algorithm, measured on MNIST-1D at
+# 8 workers (30 epochs, seed 1, Adam: sqrt(8) = 2.83x): bsp 90.2% -> 93.8%,
+# easgd 88.1% -> 91.8%, sod 94.2% -> 94.6%, and with the 2-epoch warm-up bsp
+# 95.4%; not for bmuf (its block momentum 1 - 1/N already multiplies the
+# block step by N: 92.8% -> 92.2% scaled; bmuf_lr_factor has its own rule),
+# syncgrad (94.7% -> 94.3%) or the asgd family (their rates are set for the
+# staleness, default_lr).
+LR_SCALED = ("bsp", "easgd", "sod")
+WARMUP_EPOCHS = 2
+
+
+def lr_scale(args, num_workers):
+    """k, the factor the large-batch rule multiplies the rate by (1: off)."""
+    from .large_batch import scale_factor
+    if not args.lr_scaling:
+        return 1.0
+    if args.algo == "bmuf":
+        return bmuf_lr_factor(num_workers)
+    if args.algo not in LR_SCALED:
+        return 1.0
+    return scale_factor(args.optimizer, num_workers)
+
+
+def lr_rule_name(args):
+    from .large_batch import rule_name
+    return "bmuf N/4" if args.algo == "bmuf" else rule_name(args.optimizer)
+
+
+def warmup_epochs(args):
+    """bmuf's factor was measured without a warm-up (with one: 91.8%)."""
+    if args.warmup_epochs is not None:
+        return args.warmup_epochs
+    return 0 if args.algo == "bmuf" else WARMUP_EPOCHS
 
 
 def default_sync_period(args):

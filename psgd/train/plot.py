@@ -1,4 +1,7 @@
 """Learning curves: loss and accuracy against epochs and against wall time."""
+import os
+
+from .outputs import atomic_write
 
 
 def plot_curves(rows, path, title="psgd"):
@@ -24,5 +27,6 @@ def plot_curves(rows, path, title="psgd"):
         ax.set_ylabel("held-out accuracy (%)")
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fmt = os.path.splitext(path)[1][1:].lower()
+    atomic_write(path, lambda f: fig.savefig(f, dpi=90, format=fmt))
     plt.close(fig)

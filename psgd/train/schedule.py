@@ -51,3 +51,43 @@ class Schedule:
     def load(self, state):
         self.lr, self.halving, self.done = state["lr"], state["halving"], state["done"]
         self.best_loss = state["best_loss"]
+
+
+def main(argv=None):
+    """One newbob step for bin/train_scheduler.sh, so the shell scheduler and
+    the trainer share this one implementation:
+
+        python -m psgd.train.schedule STATE.json LOSS [--lr LR --start S --end E --factor F]
+
+    The first call (no STATE.json yet) records the initial held-out loss;
+    every call prints `accepted|rejected LR DONE(0|1)` and saves the state."""
+    import argparse
+    import json
+    import os
+    p = argparse.ArgumentParser(prog="python -m psgd.train.schedule")
+    p.add_argument("state")
+    p.add_argument("loss", type=float)
+    p.add_argument("--lr", type=float, default=0.002)
+    p.add_argument("--start", type=float, default=0.01)
+    p.add_argument("--end", type=float, default=0.001)
+    p.add_argument("--factor", type=float, default=0.5)
+    args = p.parse_args(argv)
+    if os.path.exists(args.state):
+        with open(args.state) as f:
+            saved = json.load(f)
+        schedule = Schedule("newbob", saved["lr"], **saved["options"])
+        schedule.load(saved)
+    else:
+        schedule = Schedule("newbob", args.lr, start=args.start, end=args.end, factor=args.factor)
+    accepted = schedule.end_epoch(args.loss)
+    state = dict(schedule.state(), options={"start": schedule.start, "end": schedule.end,
+                                             "factor": schedule.factor})
+    partial = args.state + ".tmp"
+    with open(partial, "w") as f:
+        json.dump(state, f)
+    os.replace(partial, args.state)
+    print("%s %r %d" % ("accepted" if accepted else "rejected", schedule.lr, schedule.done))
+
+
+if __name__ == "__main__":
+    main()

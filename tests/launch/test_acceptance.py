@@ -1,7 +1,9 @@
 """The trainer's acceptance on the embedded data, with every default: each
-algorithm trains the default CNN to at least 80% held-out accuracy, the
-README's main command (easgd at np 5) to at least 85%, and the mlp to at
-least 60%. Accuracy is asserted, never time."""
+algorithm at np 5 ends within its allowed gap of one worker trained on the
+same samples with the same seed (2 points where psgd meets the goal of issue
+10; the rest are floors at the measured gap plus a margin, so a regression
+still fails), the README's main command (easgd at np 5) reaches at least
+85%, and the mlp at least 60%. Accuracy is asserted, never time."""
 import json
 
 import pytest
@@ -20,9 +22,23 @@ def final_accuracy(tmp_path, np_, *flags):
     return rows[-1]["test_accuracy"]
 
 
+@pytest.fixture(scope="module")
+def one_worker(tmp_path_factory):
+    return final_accuracy(tmp_path_factory.mktemp("one_worker"), 1, "--algo", "bsp")
+
+
+# Allowed gap to one worker (96.1% at the default seed), in accuracy. Measured
+# at np 5 with the defaults of this commit: bsp and sod within 2 points;
+# easgd 93.5% (2.6), masgd 93.4% (2.7), syncgrad 92.0% (4.1), asgd 90.5% (5.6:
+# 4 workers, timing-dependent), bmuf 90.4% (5.7). BENCHMARKS.md has the gaps
+# over seeds and why they stay open.
+MAX_GAP = {"bsp": 0.02, "sod": 0.02, "easgd": 0.045, "masgd": 0.05, "syncgrad": 0.05,
+           "asgd": 0.08, "bmuf": 0.07}
+
+
 @pytest.mark.parametrize("algo", ["bsp", "bmuf", "sod", "syncgrad", "easgd", "asgd", "masgd"])
-def test_every_algorithm_trains_the_default_model(tmp_path, algo):
-    assert final_accuracy(tmp_path, 3, "--algo", algo) >= 0.80
+def test_every_algorithm_at_np_5_is_close_to_one_worker(tmp_path, algo, one_worker):
+    assert final_accuracy(tmp_path, 5, "--algo", algo) >= one_worker - MAX_GAP[algo]
 
 
 def test_the_main_command_reaches_85_percent(tmp_path):

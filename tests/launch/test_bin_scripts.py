@@ -35,6 +35,12 @@ def test_kaldi_scheduler_trains_per_epoch_with_newbob(tmp_path):
     iterations = [l for l in lines if l.startswith("ITERATION")]
     assert len(iterations) >= 2 and "nnet accepted" in iterations[0]
     assert os.path.exists(tmp_path / "exp" / "final.npz")
+    # steps/nnet/train.sh's layout for nnet-forward and decode.sh
+    for name in ("final.nnet", "final.feature_transform", "ali_train_pdf.counts"):
+        assert os.path.getsize(tmp_path / "exp" / name) > 0, name
+    assert (tmp_path / "exp" / "final.nnet").read_bytes()[:2] == b"\x00B"
+    assert (tmp_path / "exp" / "final.feature_transform").read_text().startswith(
+        "<Nnet> \n<Splice> 15 5 \n[ -1 0 1 ]")
 
 
 def test_compare_algorithms_prints_one_table(tmp_path):

@@ -2,6 +2,7 @@
 cross-validation, checkpoint/resume."""
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -27,13 +28,26 @@ def test_outputs_metrics_model_and_kaldi_log_lines(tmp_path):
     with np.load(out, allow_pickle=False) as z:
         header = json.loads(z["__header__"].tobytes())
         assert header["model"]["name"] == "mlp" and header["config"]["algo"] == "bsp"
-        assert z["1.affine.W"].shape in ((40, 64), (64, 40))
+        assert z["1.affine.W"].shape == (64, 40)     # (out, in), as Kaldi and PyTorch store it
     assert os.path.getsize(plot) > 1000
     # what Kaldi's train_scheduler.sh greps: AvgLoss is field 4, accuracy field 3
     loss = [l.split()[3] for l in r.stdout.splitlines() if "AvgLoss:" in l][-1]
     acc = [l.split()[2] for l in r.stdout.splitlines() if l.startswith("FRAME_ACCURACY")][-1]
     assert float(loss) == pytest.approx(rows[-1]["test_loss"], rel=1e-4)
     assert float(acc.rstrip("%")) == pytest.approx(100 * rows[-1]["test_accuracy"], abs=1e-3)
+    # every LOG line names the real file and line it was written from
+    logs = [l for l in r.stdout.splitlines() if l.startswith("LOG (")]
+    assert logs and all(re.match(r"LOG \(psgd-train\[[^]]+\]:\w+\(\):\w+\.py:[1-9]\d*\) ", l)
+                        for l in logs), logs
+
+
+def test_without_a_held_out_set_the_epoch_line_says_so(tmp_path):
+    train = write_corpus(str(tmp_path), num_utts=12, prefix="train")
+    r = psgd_train(2, "--algo", "bsp", "--epochs", "1", "--model", "mlp", "--hidden", "16",
+                   "--feats", "scp:" + train["feats.scp"], "--targets", train["ali.ark"])
+    assert r.returncode == 0, r.stderr
+    epoch = [l for l in r.stdout.splitlines() if "epoch 1/1" in l]
+    assert len(epoch) == 1 and "no held-out set" in epoch[0] and "nan" not in epoch[0], epoch
 
 
 def test_cross_validate_a_saved_model(tmp_path):

@@ -114,9 +114,16 @@ def test_a_stalled_server_is_the_one_named(driver):
     result, _ = faulty(driver, 3, fault, "--algo", "easgd", *QUICK, *STALL)
     assert result.returncode == 0, result.stderr
     report = lines(result.stderr, "psgd: stall:")
-    assert len(report) == 1, result.stderr
+    assert report, result.stderr
+    # Rank 1 waits in a sync, or, when its last sync went through before the
+    # server slept (a loaded machine), at the end of the epoch: both are waits.
     assert re.search(r"not arrived after 2s: rank 0 \(the server, epoch 1: no answer for "
-                     r"[\d.]+s\); waiting: rank 1 \(in sync \d+ of epoch 1", report[0]), report
+                     r"[\d.]+s\); waiting: rank 1 \((in sync \d+ of|at the end of) epoch 1",
+                     report[0]), report
+    # On a loaded machine a late heartbeat can make the stall read as a new
+    # one: a second line is allowed, naming the server again, never a worker.
+    assert all(line.startswith("psgd: stall: not arrived after 2s: rank 0 (the server")
+               for line in report), report
 
 
 # A worker produces NaN ------------------------------------------------------------

@@ -24,7 +24,7 @@ import numpy as np
 from mpi4py import MPI
 import psgd
 from psgd import mpi
-from psgd.algorithms.server import ProtocolError
+from psgd.errors import ProtocolError
 """
 
 # rank 2 (the last worker at -np 3) sends a message type the protocol lacks

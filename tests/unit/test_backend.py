@@ -1,14 +1,20 @@
 import numpy as np
 import pytest
 
-from psgd import backend, mpi
+from psgd import backend, cuda_aware, mpi
+from psgd.errors import UsageError
 
 
-def test_numpy_backend_by_name_and_by_environment(monkeypatch):
-    assert backend.get_backend("numpy").xp is np
-    monkeypatch.setenv("PSGD_BACKEND", "numpy")
-    b = backend.get_backend()
+def test_the_environment_picks_the_backend_when_no_name_is_given(monkeypatch):
+    monkeypatch.setattr(backend, "_cupy_with_devices", lambda: None)   # no GPU here
+    monkeypatch.setenv("PSGD_BACKEND", "cupy")
+    with pytest.raises(RuntimeError, match="CuPy or a CUDA device is not available"):
+        backend.get_backend()                      # the environment was read
+    b = backend.get_backend("numpy")               # a name given wins over it
     assert b.xp is np and not b.is_gpu and b.name == "numpy"
+    monkeypatch.setenv("PSGD_BACKEND", "tpu")
+    with pytest.raises(ValueError, match="unknown backend 'tpu'"):
+        backend.get_backend()
 
 
 def test_unknown_backend_lists_the_valid_ones():
@@ -32,12 +38,50 @@ def test_device_id_lists():
 
 def test_cuda_aware_can_be_forced(monkeypatch):
     monkeypatch.setenv("PSGD_CUDA_AWARE", "1")
+    assert cuda_aware.configure() == (True, "forced by PSGD_CUDA_AWARE=1")
     assert mpi.cuda_aware()
-    monkeypatch.setenv("PSGD_CUDA_AWARE", "0")
-    assert not mpi.cuda_aware()
+    monkeypatch.setenv("PSGD_CUDA_AWARE", "no")
+    assert not cuda_aware.configure()[0] and not mpi.cuda_aware()
+    assert cuda_aware.configure("yes") == (True, "forced by --cuda-aware yes")  # the flag wins
+    assert "directly" in cuda_aware.describe()
+    with pytest.raises(UsageError, match="PSGD_CUDA_AWARE must be auto, yes or no"):
+        monkeypatch.setenv("PSGD_CUDA_AWARE", "maybe") or cuda_aware.configure()
+    monkeypatch.delenv("PSGD_CUDA_AWARE")
+    cuda_aware.configure()
 
 
-def test_host_buffers_go_to_mpi_directly():
+def test_cuda_aware_auto_asks_the_loaded_libmpi(monkeypatch):
+    """MPICH is loaded RTLD_LOCAL: the query must be found through the
+    library's own handle, not the global namespace."""
+    monkeypatch.delenv("PSGD_CUDA_AWARE", raising=False)
+    path, lib = cuda_aware.libmpi()
+    assert path and hasattr(lib, "MPI_Init")
+    family = cuda_aware.library_family()
+    assert family in ("MPICH", "Open MPI")
+    aware, reason = cuda_aware.configure("auto")
+    assert not aware          # no GPU here: neither wheel is built with CUDA
+    assert reason.startswith("MPIX_Query_cuda_support() = 0 in %s" % family), reason
+    hint = "MPICH_GPU_SUPPORT_ENABLED" if family == "MPICH" else "OMPI_MCA_opal_cuda_support"
+    monkeypatch.setenv(hint, "1" if family == "MPICH" else "true")
+    aware, reason = cuda_aware.configure("auto")
+    assert not aware and hint in reason       # the library's 0 wins, and the log says so
+    monkeypatch.delenv(hint)
+    assert "staged through pinned host memory (MPI is not CUDA-aware: " in cuda_aware.describe()
+
+
+def test_device_buffers_are_staged_unless_mpi_is_cuda_aware(monkeypatch):
+    from types import SimpleNamespace
+
     from psgd.buffers import FlatBuffer
-    buf = FlatBuffer.pack([np.ones(3, np.float32)])
-    assert mpi.Exchange(None, buf).direct
+    host = FlatBuffer.pack([np.ones(3, np.float32)])
+    device = SimpleNamespace(on_device=True)       # all Exchange asks of a device buffer here
+    from psgd import cuda_aware
+    monkeypatch.setenv("PSGD_CUDA_AWARE", "0")
+    cuda_aware.configure()                         # decided once per process: decide again
+    assert mpi.Exchange(None, host).direct         # host memory goes to MPI as it is
+    assert not mpi.Exchange(None, device).direct   # device memory via the pinned mirror
+    monkeypatch.setenv("PSGD_CUDA_AWARE", "1")
+    cuda_aware.configure()
+    assert mpi.Exchange(None, device).direct
+    monkeypatch.delenv("PSGD_CUDA_AWARE")
+    cuda_aware.configure()

@@ -69,3 +69,16 @@ def test_blockwise_visits_every_element_once_in_aligned_blocks():
     kernels.blockwise(fn, a, b)
     assert seen == [7] * 7 + [1]
     assert np.array_equal(a, np.arange(50.0) + 1)
+
+
+def test_delay_compensate_matches_the_formula_block_by_block():
+    rng = np.random.default_rng(5)
+    n = kernels.BLOCK * 2 + 17               # several blocks and a partial one
+    d, x, xs = (rng.standard_normal(n) for _ in range(3))
+    lam = 0.7
+    expected = d - np.minimum(lam / np.mean(d * d) * d * d, 1.0) * (x - xs)
+    kernels.delay_compensate(d, x, xs, lam)
+    np.testing.assert_allclose(d, expected, rtol=1e-12, atol=1e-12)
+    zero = np.zeros(5)
+    kernels.delay_compensate(zero, np.ones(5), np.zeros(5), lam)   # no delta: no change
+    assert not zero.any()

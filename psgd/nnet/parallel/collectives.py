@@ -3,12 +3,14 @@ of the hybrid network, with explicit datatypes (never pickling) and the
 bytes of every call added to a Traffic counter.
 
 Device arrays go to MPI directly when the MPI library is CUDA-aware
-(psgd.mpi.cuda_aware) and are staged through host copies otherwise.
+(psgd.mpi.cuda_aware) and are staged through host copies otherwise; either
+way under the stream discipline of psgd/mpi.py (mpi.device_ready).
 """
 import numpy as np
 from mpi4py import MPI
 
 from ... import mpi
+from ...backend import array_module
 from . import traffic as tr
 
 _TYPES = {np.dtype(np.float32): MPI.FLOAT, np.dtype(np.float64): MPI.DOUBLE,
@@ -44,17 +46,14 @@ class Collectives:
             return np.ascontiguousarray(a)
         a = a if a.flags.c_contiguous else a.copy()
         if self._direct:
-            import cupy
-            cupy.cuda.get_current_stream().synchronize()
-            return a
+            return mpi.device_ready(a)
         return a.get()
 
     def _empty(self, like, shape):
         """An output buffer MPI can write: host unless MPI takes device memory."""
         if isinstance(like, np.ndarray) or not self._direct:
             return np.empty(shape, dtype=like.dtype)
-        import cupy
-        return cupy.empty(shape, dtype=like.dtype)
+        return array_module(like).empty(shape, dtype=like.dtype)
 
     @staticmethod
     def _back(xp, out):
@@ -97,8 +96,8 @@ class Collectives:
         t, step = mpi_type(buf.dtype), mpi.chunk_elements()
         for lo in range(0, buf.size, step):
             self.comm.Allreduce(MPI.IN_PLACE, [buf[lo:lo + step], t], op=MPI.SUM)
-        if buf is not x:
-            x.set(buf)
+        if buf is not x:      # a staged or a contiguous copy: back into x, in stream order
+            x[...] = array_module(x).asarray(buf)
         self.traffic.add(kind, tr.allreduce_bytes(x.nbytes, self.size))
 
     def gather(self, x, root=0):

@@ -154,7 +154,9 @@ class HybridNetwork(Network):
         shared = float(self.xp.dot(g[:self.dp_size], g[:self.dp_size]))
         own = sum(float(self.xp.sum(d * d)) for d, n in zip(self.grads, self.param_names)
                   if self._rows[n] is not None)
-        sliced = self.comm.allreduce(own, op=MPI.SUM)
+        sliced = np.array([own], dtype=np.float64)
+        self.comm.Allreduce(MPI.IN_PLACE, [sliced, MPI.DOUBLE], op=MPI.SUM)
+        sliced = float(sliced[0])
         replicated = float(self.xp.dot(g, g)) - shared - own
         return math.sqrt(shared + sliced + max(replicated, 0.0))
 
@@ -196,10 +198,8 @@ class HybridNetwork(Network):
         s = self.stat_buffer
         if s.size == 0 or self.sync_bn:
             return
-        host = s.to_host()
-        self.comm.Allreduce(MPI.IN_PLACE, [host, mpi_type(host.dtype)], op=MPI.SUM)
-        host /= self.size
-        s.from_host()
+        mpi.Exchange(self.comm, s).allreduce()     # the stream discipline of psgd/mpi.py
+        s.data /= self.size
 
     # state -------------------------------------------------------------------------------
     def local_state(self, full_state):

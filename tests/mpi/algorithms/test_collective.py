@@ -8,6 +8,7 @@ from mpi4py import MPI
 import psgd
 import reference
 from psgd import mpi
+from psgd.buffers import host_copy
 
 pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.timeout(60)]
 
@@ -58,26 +59,26 @@ def replay(size, update, state_init=None):
         t += 1
 
 
-def run(comm, name, **options):
-    """Drive psgd on this rank with the schedule; return the model after
-    every round this rank saw, and the final one."""
+def run(comm, name, xp=np, **options):
+    """Drive psgd on this rank with the schedule (on xp's device); return the
+    model after every round this rank saw, and the final one (host copies)."""
     k, size = comm.rank, comm.size
     plan = schedule(size)[k]
-    sync = psgd.create(name, [a.copy() for a in initial(k)], comm=comm, **options)
+    sync = psgd.create(name, [xp.asarray(a) for a in initial(k)], comm=comm, **options)
     seen = []
     flat = sync.buffer.data
     for t, n_k in enumerate(plan):
-        flat += local_step(k, t, flat.shape)
+        flat += xp.asarray(local_step(k, t, flat.shape))
         if t < len(plan) - 1:
             assert sync.synchronize(n_k) is True
-            seen.append(flat.copy())
+            seen.append(host_copy(flat))
     tail = len(seen)
     sync.stop(plan[-1] if plan else 0)
-    return seen, tail, flat.copy(), sync
+    return seen, tail, host_copy(flat), sync
 
 
-def check(comm, name, update, final_of=None, **options):
-    seen, _, final, sync = run(comm, name, **options)
+def check(comm, name, update, final_of=None, xp=np, **options):
+    seen, _, final, sync = run(comm, name, xp, **options)
     rounds, state = replay(comm.size, update)
     for t, w in enumerate(seen):
         np.testing.assert_allclose(w, rounds[t][comm.rank], rtol=1e-10, atol=1e-12)
@@ -238,9 +239,57 @@ def test_invalid_option_on_one_rank_raises_on_every_rank(comm):
 
 
 def test_stats_are_averaged_with_the_model_weights(comm):
-    stats = [np.full(2, float(comm.rank))]
-    sync = psgd.create("bsp", [np.zeros(3)], comm=comm, stats=stats)
+    sync = psgd.create("bsp", [np.zeros(3)], comm=comm, stats=[np.zeros(2)])
+    sync.stats[0][...] = float(comm.rank)     # this rank's statistics after its block
     sync.stop(comm.rank + 1)
     n = sum(k + 1 for k in range(comm.size))
     expected = sum(k * (k + 1) for k in range(comm.size)) / n
     np.testing.assert_allclose(sync.stat_buffer.data, expected)
+
+
+def _identical(comm, w):
+    everyone = np.empty((comm.size,) + w.shape)
+    comm.Allgather(np.ascontiguousarray(w), everyone)
+    return bool((everyone == everyone[0]).all())
+
+
+def _round(sync, comm, batches, stepping, moments):
+    """One syncgrad round of `batches` on this rank; `stepping`: whether it
+    passes step= to stop (else it misses the steps after its data ends)."""
+    w, g = sync.params[0], sync.grads[0]
+
+    def step():
+        moments[...] = 0.9 * moments + g      # an optimizer with state
+        w[...] -= 0.5 * moments
+
+    for t in range(batches):
+        g[...] = comm.rank + t
+        assert sync.synchronize(1)
+        step()
+    sync.stop(0, step=step if stepping else None, state=[moments])
+
+
+def test_syncgrad_repairs_a_rank_that_missed_steps_every_round_model_and_moments(comm):
+    sync = psgd.create("syncgrad", [np.zeros(4)], grads=[np.zeros(4)], comm=comm)
+    moments = np.zeros(4)
+    last = comm.size - 1
+    # Round 1: the last rank runs out first and stops without step=.
+    _round(sync, comm, 1 if comm.rank == last else 3, comm.rank != last, moments)
+    assert _identical(comm, sync.params[0]) and _identical(comm, moments)
+    # Round 2: every other rank misses steps; the last rank, whole again
+    # after its repair, must be the source.
+    sync.begin_round()
+    _round(sync, comm, 3 if comm.rank == last else 1, comm.rank == last, moments)
+    assert _identical(comm, sync.params[0]) and _identical(comm, moments)
+
+
+def test_syncgrad_says_so_when_every_rank_missed_steps(comm):
+    sync = psgd.create("syncgrad", [np.zeros(4)], grads=[np.zeros(4)], comm=comm)
+    w, g = sync.params[0], sync.grads[0]
+    for t in range(comm.rank):
+        g[...] = 1.0
+        assert sync.synchronize(1)
+        w -= g
+    g[...] = 1.0
+    with pytest.raises(psgd.UsageError, match="every rank stopped without step"):
+        sync.stop(1)      # even the longest rank's last batch is never stepped

@@ -12,78 +12,11 @@ from mpi4py import MPI
 import psgd
 import reference
 from psgd import mpi
-from psgd.algorithms.server import ProtocolError
-from server_plans import SHAPES, SIZE, initial, local, plan, x0
+from psgd.buffers import host_copy
+from psgd.errors import ProtocolError
+from server_plans import SHAPES, SIZE, check_replay, drive, initial, local, plan, share_log, x0
 
 pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.timeout(60)]
-
-
-def share_log(comm, obj):
-    """The server's log and finish list on every rank, as int64 arrays."""
-    rows = fin = None
-    if comm.rank == 0:
-        rows = np.array([[e.rank, e.n_k, e.order, -1 if e.reply is None else e.reply, e.arrived]
-                         for e in obj.log], dtype=np.int64).reshape(-1, 5)
-        fin = np.array(obj.finished, dtype=np.int64).reshape(-1, 2)
-    shared = []
-    for array, width in ((rows, 5), (fin, 2)):
-        n = np.array([0 if array is None else len(array)], dtype=np.int64)
-        comm.Bcast(n, root=0)
-        if array is None:
-            array = np.empty((int(n[0]), width), dtype=np.int64)
-        comm.Bcast(array, root=0)
-        shared.append(array)
-    return shared
-
-
-def uneven_worker(obj, k):
-    """Run worker k's plan; return its model after each synchronize and at the end."""
-    syncs, last = plan(k)
-    flat, seen = obj.buffer.data, []
-    for t, n_k in enumerate(syncs):
-        flat += local(k, t)
-        assert obj.synchronize(n_k) is True
-        seen.append(flat.copy())
-    flat += local(k, len(syncs))
-    obj.stop(last)
-    return seen, flat.copy()
-
-
-def drive(comm, name, worker=uneven_worker, **options):
-    obj = psgd.create(name, [a.copy() for a in initial(comm.rank)], comm=comm, **options)
-    result = obj.run() if obj.role == "server" else worker(obj, comm.rank)
-    log, finished = share_log(comm, obj)
-    return obj, result, log, finished
-
-
-def check_replay(comm, name, replay, **options):
-    obj, result, log, finished = drive(comm, name, **options)
-    center, after = replay(x0(), log, local)
-    workers = list(range(1, comm.size))
-    assert sorted(finished[:, 0].tolist()) == workers
-    if comm.rank == 0:
-        assert obj.role == "server"
-        np.testing.assert_allclose(obj.buffer.data, center, rtol=1e-12, atol=1e-12)
-        stats = result
-        assert stats.syncs == len(log) == obj.syncs
-        assert stats.samples == log[:, 1].sum() == sum(sum(plan(k)[0]) + plan(k)[1]
-                                                      for k in workers)
-        assert stats.finished == comm.size - 1
-        assert stats.busy_s + stats.idle_s <= stats.wall_s + 1e-3
-    else:
-        k = comm.rank
-        syncs, last = plan(k)
-        pushed = syncs + ([last] if last else [])
-        assert log[log[:, 0] == k, 1].tolist() == pushed      # the log holds what k pushed
-        seen, final = result
-        for t, w in enumerate(seen):
-            np.testing.assert_allclose(w, after[k][t], rtol=1e-12, atol=1e-12)
-        if last:
-            expected = after[k][-1]
-        else:
-            expected = after.get(k, [x0()])[-1] + local(k, len(syncs))
-        np.testing.assert_allclose(final, expected, rtol=1e-12, atol=1e-12)
-    return obj, log, finished
 
 
 # the three algorithms against their replays -------------------------------------
@@ -94,7 +27,8 @@ def test_easgd_matches_replay(comm, alpha):
     obj, log, _ = check_replay(
         comm, "easgd", lambda x, log, f: reference.easgd(x, log, f, used), **options)
     assert obj.alpha == pytest.approx(used)
-    assert (log[:, 3] == log[:, 2]).all()   # the worker gets x from before the update
+    # That a worker gets x from before the update is what the replay checks:
+    # its models match only that reading (see test_replay_tells_the_readings_apart).
 
 
 @pytest.mark.parametrize("alpha", [None, 0.7])
@@ -133,12 +67,41 @@ def test_chunked_messages_match_the_replay(comm, name, replay):
         mpi.set_chunk_elements(old)
 
 
-def test_replay_detects_a_wrong_alpha(comm):
-    """The checks can fail: replaying with another alpha does not match."""
-    _, _, log, _ = drive(comm, "easgd", alpha=0.5)
-    right, _ = reference.easgd(x0(), log, local, 0.5)
-    wrong, _ = reference.easgd(x0(), log, local, 0.4)
-    assert not np.allclose(right, wrong)
+def test_replay_tells_the_readings_apart(comm):
+    """The replay checks can fail: psgd's own models (run with alpha 0.5)
+    match the replay with 0.5 and not the one with 0.4, nor a replay where the
+    worker gets the center from after the server's update."""
+    obj, result, log, _ = drive(comm, "easgd", alpha=0.5)
+
+    def after_update(x0_, log_, local_, alpha):
+        x, w, after = x0_.copy(), {}, {}
+        for row in log_:
+            k = int(row[0])
+            w_k = w.get(k, x0_) + local_(k, len(after.get(k, ())))
+            x = x + alpha * (w_k - x)
+            w[k] = w_k - alpha * (w_k - x)
+            after.setdefault(k, []).append(w[k].copy())
+        return x, after
+
+    def mine_in(replay):
+        """(psgd's models, the replay's) on this rank: the center, or the
+        worker's model after each of its syncs."""
+        center, after = replay
+        if obj.role == "server":
+            return [obj.buffer.data], [center]
+        seen = result[0]                  # (the replay also holds the push from stop())
+        return seen, after.get(comm.rank, [])[:len(seen)]
+
+    def matches(replay):
+        ours, theirs = mine_in(replay)
+        return len(ours) == len(theirs) and all(np.allclose(a, b) for a, b in zip(ours, theirs))
+
+    if not mine_in(reference.easgd(x0(), log, local, 0.5))[0]:
+        return                       # a worker that never synced has nothing to tell
+    assert matches(reference.easgd(x0(), log, local, 0.5))
+    assert not matches(reference.easgd(x0(), log, local, 0.4))
+    if obj.role == "worker":
+        assert not matches(after_update(x0(), log, local, 0.5))
 
 
 def test_initial_model_of_rank_0_reaches_workers(comm):
@@ -158,34 +121,41 @@ def jittery_worker(obj, k, syncs=6):
     flat, seen = obj.buffer.data, []
     for t in range(syncs + k % 3):
         time.sleep(rng.uniform(0, 2e-3))
-        flat += local(k, t)
+        flat += obj.buffer.xp.asarray(local(k, t))
         obj.synchronize(1 + t % 4)
-        seen.append(flat.copy())
+        seen.append(host_copy(flat))
     obj.stop(0)
-    return seen, flat.copy()
+    return seen, host_copy(flat)
 
 
 @pytest.mark.parametrize("name,options", [
     ("asgd", {}), ("masgd", {"scope": "worker"}), ("masgd", {"scope": "global"})])
 @pytest.mark.parametrize("period", [1, 3])
 def test_barrier_bounds_staleness(comm, name, options, period):
-    obj, result, log, finished = drive(comm, name, jittery_worker, barrier_period=period,
-                                       **options)
+    check_barrier(comm, name, options, period)
+
+
+def check_barrier(comm, name, options, period, xp=np):
+    obj, result, log, finished = drive(comm, name, jittery_worker, xp=xp,
+                                       barrier_period=period, **options)
     N = comm.size - 1
     # replies follow the barrier rule, recomputed from the service order alone
     expected = reference.barrier_replies(log, finished, period, range(1, comm.size))
     assert log[:, 3].tolist() == expected
     # staleness: updates between the x a worker started from and its own update
     base = {}
-    for rank, _, order, reply, _ in log:
-        assert order - base.get(rank, 0) <= period + N - 2
+    for rank, _, order, reply, _, staleness in log:
+        assert staleness == order - base.get(rank, 0) <= period + N - 2   # as the server logged
         base[rank] = reply
+    if comm.rank == 0:
+        assert sum(obj.stats.staleness) == len(log)
+        assert obj.stats.staleness_max == log[:, 5].max(initial=0)
     # and the models still match the replay
     m = 0.9 if name == "masgd" else None
     alpha = 1.0 if m is None else 1 - m
     center, after = reference.asgd(x0(), log, local, alpha, m, options.get("scope", "worker"))
     if comm.rank == 0:
-        np.testing.assert_allclose(obj.buffer.data, center, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(host_copy(obj.buffer.data), center, rtol=1e-12, atol=1e-12)
     else:
         seen, final = result
         for t, w in enumerate(seen):
@@ -213,11 +183,11 @@ def test_a_tight_loop_does_not_starve_the_others(comm):
 
     _, _, log, _ = drive(comm, "asgd", worker)
     # once a control message is seen, every other worker is served at most once before it
-    for rank, _, order, _, arrived in log:
+    for rank, _, order, _, arrived, _ in log:
         between = log[arrived:order, 0].tolist()
         assert rank not in between and len(between) == len(set(between)), (rank, between)
     # end to end: the others are done while the hog is still syncing
-    last = {int(r): int(o) for r, _, o, _, _ in log}
+    last = {int(r): int(o) for r, _, o, *_ in log}
     for rank in range(2, comm.size):
         assert last[rank] < last[hog], (rank, last)
 
@@ -237,7 +207,7 @@ def test_waiting_workers_are_served_in_arrival_order_under_contention(comm):
     log, _ = share_log(comm, obj)
     assert len(log) == syncs * (comm.size - 1)
     waits = log[:, 2] - log[:, 4]
-    for (rank, _, order, _, arrived) in log:
+    for (rank, _, order, _, arrived, _) in log:
         between = log[arrived:order, 0].tolist()
         assert rank not in between and len(between) == len(set(between)), (rank, between)
     assert waits.max() <= comm.size - 2

@@ -25,3 +25,18 @@ def test_uneven_split_by_hand():
 def test_bad_shard_arguments(args):
     with pytest.raises(UsageError):
         shard_range(*args)
+
+
+def test_shard_by_weight_balances_frames_and_tiles_the_items():
+    from psgd.data.sharding import shard_by_weight
+    items = ["u%02d" % i for i in range(10)]
+    weights = [100, 1, 1, 1, 1, 1, 1, 1, 1, 100]
+    parts = [shard_by_weight(items, weights, r, 2) for r in range(2)]
+    assert parts[0] + parts[1] == items
+    totals = [sum(weights[items.index(k)] for k in p) for p in parts]
+    assert abs(totals[0] - totals[1]) <= 2, totals
+    # by count the split would be 5 + 5 items; by frames it is the same here,
+    # but a heavy head moves the boundary
+    heavy = [50, 1, 1, 1, 1, 1]
+    assert shard_by_weight(list("abcdef"), heavy, 0, 2) == ["a"]
+    assert shard_by_weight([], [], 0, 3) == []

@@ -1,21 +1,14 @@
-"""The same nnet code on CuPy: results must match the NumPy backend.
+"""The same nnet code on a device: results must match the NumPy backend.
 
-Skipped without CuPy and a CUDA device."""
+On the simulated device always; on CuPy only with a CUDA device."""
 import numpy as np
 import pytest
 
+from device_util import device_fixture
 from psgd.nnet import Dropout, build_model, create_optimizer
 
 
-def _cupy():
-    cupy = pytest.importorskip("cupy")
-    try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            pytest.skip("no CUDA device")
-    except cupy.cuda.runtime.CUDARuntimeError:
-        pytest.skip("no CUDA device")
-    return cupy
-
+cp = device_fixture()     # the simulated device; CuPy on a GPU when present
 
 CASES = [
     ("cnn", (40,), {}, (6, 40), 10),
@@ -27,8 +20,7 @@ CASES = [
 
 @pytest.mark.parametrize("name,shape,opts,xshape,classes", CASES,
                          ids=["cnn", "cnn-bn-stride", "mlp", "lstm"])
-def test_forward_backward_match_numpy(name, shape, opts, xshape, classes):
-    cp = _cupy()
+def test_forward_backward_match_numpy(cp, name, shape, opts, xshape, classes):
     opts = dict(opts)
     if name == "cnn":
         opts.setdefault("dropout", 0)
@@ -51,8 +43,7 @@ def test_forward_backward_match_numpy(name, shape, opts, xshape, classes):
 
 
 @pytest.mark.parametrize("name", ["adam", "momentum", "nesterov", "rmsprop", "adadelta"])
-def test_optimizer_steps_match_numpy(name):
-    cp = _cupy()
+def test_optimizer_steps_match_numpy(cp, name):
     rng = np.random.default_rng(1)
     w_h = rng.standard_normal(1000).astype(np.float32)
     w_d = cp.asarray(w_h)
@@ -67,8 +58,7 @@ def test_optimizer_steps_match_numpy(name):
     assert all(isinstance(state[s], np.ndarray) for s in opt_d.slots)
 
 
-def test_dropout_on_device():
-    cp = _cupy()
+def test_dropout_on_device(cp):
     comp = Dropout(0.5, seed=0)
     comp.setup(cp, np.float32)
     y = comp.propagate(cp.ones((100, 100), dtype=cp.float32))

@@ -1,0 +1,92 @@
+"""A PyTorch MNIST-1D CNN trained with any psgd algorithm: three psgd lines
+(marked) in an ordinary torch training loop.
+
+    .venv/bin/mpirun -np 4 .venv/bin/python examples/torch_mnist1d.py --algo bmuf
+
+The model and defaults are `python -m psgd.worker`'s (CNN 32,32,32 + FC 256,
+Adam 2e-3, minibatch 32, 30 epochs, 4 minibatches per sync). For easgd, asgd
+and masgd rank 0 is the server and its model the center.
+"""
+import argparse
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from mpi4py import MPI
+
+import psgd.torch                                                     # psgd 1/3
+from psgd.data import load_mnist1d, shard_range
+from psgd.mpi import abort_on_error
+
+
+def mnist1d_cnn(channels=(32, 32, 32), hidden=256, classes=10, length=40):
+    layers, width = [], 1
+    for c in channels:
+        layers += [torch.nn.Conv1d(width, c, 5, padding=2), torch.nn.ReLU(), torch.nn.MaxPool1d(2)]
+        width, length = c, length // 2
+    model = torch.nn.Sequential(*layers, torch.nn.Flatten(), torch.nn.Linear(width * length, hidden),
+                                torch.nn.ReLU(), torch.nn.Dropout(0.3), torch.nn.Linear(hidden, classes))
+    for m in model:                   # psgd.nnet's init: He-uniform, Glorot for the output
+        if isinstance(m, (torch.nn.Conv1d, torch.nn.Linear)):
+            (torch.nn.init.xavier_uniform_ if m is model[-1] else torch.nn.init.kaiming_uniform_)(m.weight)
+            torch.nn.init.zeros_(m.bias)
+    return model
+
+
+def accuracy(model, x, y):
+    model.eval()
+    with torch.no_grad():
+        return float((model(x).argmax(1) == y).float().mean())
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--algo", default="bsp", choices=psgd.ALGORITHMS)
+    p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--blocks", type=int, default=4, help="minibatches per sync")
+    p.add_argument("--lr", type=float, default=2e-3)
+    args = p.parse_args()
+    abort_on_error()                  # an error on one rank ends the job, no hang
+    torch.set_num_threads(1)
+    torch.manual_seed(777)            # rank 0's initial model is everyone's anyway
+    data = load_mnist1d()
+    d = {k: torch.from_numpy(getattr(data, k)) for k in ("x_train", "y_train", "x_test", "y_test")}
+    model = mnist1d_cnn()
+    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+    sync = psgd.torch.create(args.algo, model)                        # psgd 2/3
+    start = time.perf_counter()
+    if sync.role == "server":
+        sync.run()
+    else:
+        k = MPI.COMM_WORLD.rank - (MPI.COMM_WORLD.size - sync.N)      # worker index
+        lo, hi = shard_range(len(d["y_train"]), k, sync.N)
+        steps = len(d["y_train"]) // sync.N // args.batch             # same on every worker
+        n = 0
+        for epoch in range(args.epochs):
+            order = lo + torch.randperm(hi - lo, generator=torch.Generator().manual_seed(epoch * 1000 + k))
+            model.train()
+            for i in range(steps):
+                batch = order[i * args.batch:(i + 1) * args.batch]
+                opt.zero_grad()
+                F.cross_entropy(model(d["x_train"][batch]), d["y_train"][batch]).backward()
+                n += len(batch)
+                if args.algo == "syncgrad":
+                    sync.synchronize(n)                               # psgd 3/3 (averages .grad)
+                    opt.step()
+                    n = 0
+                else:
+                    opt.step()
+                    if (i + 1) % args.blocks == 0:
+                        sync.synchronize(n, optimizer=opt)            # psgd 3/3
+                        n = 0
+        sync.stop(n, optimizer=opt)
+    if MPI.COMM_WORLD.rank == 0:
+        print("%s np %d: held-out accuracy %.1f%% after %d epochs, %.1f s" % (
+            args.algo, MPI.COMM_WORLD.size, 100 * accuracy(model, d["x_test"], d["y_test"]),
+            args.epochs, time.perf_counter() - start), flush=True)
+
+
+if __name__ == "__main__":
+    main()

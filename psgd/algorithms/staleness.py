@@ -1,0 +1,55 @@
+"""Staleness compensation for asgd and masgd: what the server does to a delta
+pushed by worker k that started from the center x_start (the center as it was
+`tau` updates ago, when k last got it) before it applies it to x, the center now.
+
+    none:   delta' = delta
+    scale:  delta' = delta / max(1, tau)            (Zhang et al., IJCAI 2016)
+    dc:     c      = lambda / mean(delta * delta)
+            delta' = delta - min(c * delta * delta, 1) * (x - x_start)
+                                                    (Zheng et al., ICML 2017)
+
+dc is DC-ASGD's first-order correction g(x) ~ g(x_start) + H (x - x_start)
+with H ~ lambda * g * g, adapted to a delta of several local steps: the
+delta stands for -eta * g, so the curvature times the step, eta * H, becomes
+c * delta * delta, normalized by the delta's own mean square (the local
+optimizer's rate and the number of local steps drop out; DC-ASGD-a normalizes
+by a mean square too) and capped at 1, where the correction would remove all
+of the center's movement since x_start along that coordinate. Cost: the
+server keeps x_start for every worker (N model copies, refreshed by one copy
+per reply); the wire carries nothing more.
+"""
+from .. import kernels
+from .base import Option
+
+COMPENSATIONS = ("none", "scale", "dc")
+
+
+def _non_negative(v):
+    return None if v >= 0 else "must be >= 0"
+
+
+OPTIONS = {"staleness_compensation": Option("none", kind=COMPENSATIONS),
+           "dc_lambda": Option(1.0, _non_negative)}
+
+
+def staleness_gain(compensation, tau):
+    """The factor the server multiplies a delta of staleness `tau` by."""
+    return 1.0 / max(1, tau) if compensation == "scale" else 1.0
+
+
+class DelayCompensation:
+    """The dc rule's x_start per worker: the center each worker last got."""
+
+    def __init__(self, center, ranks, lam):
+        self.lam = lam
+        self.starts = {rank: center.copy() for rank in ranks}
+
+    def correct(self, rank, x, delta):
+        kernels.delay_compensate(delta, x, self.starts[rank].data, self.lam)
+
+    def replied(self, rank, x):
+        self.starts[rank].data[...] = x
+
+    def reset(self, x):
+        for start in self.starts.values():
+            start.data[...] = x

@@ -1,0 +1,41 @@
+"""Class frame counts and the log priors nnet-forward subtracts.
+
+ali_train_pdf.counts is a Kaldi text vector "[ c0 c1 ... ]" of how many
+training frames each class (pdf) has; `nnet-forward --class-frame-counts`
+turns it into log priors (src/nnet/nnet-pdf-prior.cc): counts below the
+cutoff (default 1e-10) are raised to it and their prior made huge
+(FLT_MAX/2), so such classes get a vanishing likelihood instead of a NaN.
+"""
+import numpy as np
+
+from .encoding import Reader
+from .nnet1 import read_bytes, write_bytes_atomic
+
+FLT_MAX = float(np.finfo(np.float32).max)
+
+
+def encode_counts(counts):
+    return ("[ " + "".join("%d " % int(c) for c in counts) + "]\n").encode("ascii")
+
+
+def write_counts(path, counts):
+    write_bytes_atomic(path, encode_counts(counts))
+
+
+def read_counts(path):
+    data = read_bytes(path)
+    reader = Reader(data, path)
+    if reader.binary:
+        return reader.vector("the class frame counts").astype(np.float64)
+    body = reader._bracketed("the class frame counts")
+    return np.asarray(reader._numbers(body, "the class frame counts"), dtype=np.float64)
+
+
+def log_priors(counts, cutoff=1e-10):
+    counts = np.asarray(counts, dtype=np.float64).copy()
+    low = counts < cutoff
+    counts[low] = cutoff
+    priors = np.log(counts / counts.sum())
+    priors = priors.astype(np.float32)
+    priors[low] += np.float32(FLT_MAX / 2)
+    return priors

@@ -1,0 +1,257 @@
+"""Bring your own PyTorch model (optional: `pip install psgd[torch]`).
+
+    import psgd.torch
+    sync = psgd.torch.create("bmuf", model)     # collective over MPI.COMM_WORLD
+    for block in blocks:                        # your loop, your optimizer
+        n_k = train_on(block, model, opt)       # samples since the last sync
+        sync.synchronize(n_k, optimizer=opt)
+    sync.stop(n_k_left, optimizer=opt)
+
+create() moves the module's parameters (with buffers=True also its
+floating-point buffers, e.g. BatchNorm running statistics) into one flat
+array and points every tensor at a view of it (`p.data = view`). The
+Parameter objects stay the same, so an optimizer built before or after,
+autograd and state_dict()/load_state_dict() all work on the memory the
+algorithm exchanges: no copy per step. On the CPU the flat array is NumPy
+(torch.from_numpy shares it); on a GPU it is CuPy, shared with torch through
+DLPack on the same device.
+
+Rank 0's model reaches every rank inside create(). syncgrad averages the
+`.grad` tensors in place before `optimizer.step()`; they are allocated in a
+second flat array (re-adopted, with one copy, if zero_grad(set_to_none=True)
+dropped them). The server algorithms (easgd, asgd, masgd) return
+`sync.role == "server"` on rank 0: call `sync.run()` there; rank 0's model
+then holds the center.
+"""
+import numpy as np
+import torch
+
+from . import algorithms, mpi
+from .algorithms.base import CollectiveWorker
+from .buffers import FlatBuffer
+from .errors import UsageError
+
+__all__ = ["create", "TorchSync"]
+
+_DTYPES = {torch.float32: np.float32, torch.float64: np.float64}
+
+
+def create(name, model, comm=None, buffers=False, **options):
+    """psgd algorithm `name` over `model`'s parameters, which from now on live in
+    psgd's flat buffer. Collective over `comm` (default MPI.COMM_WORLD): a bad
+    model on any rank raises the same UsageError on every rank, before any rank
+    changes its model. `options` are the algorithm's (ALGORITHMS.md)."""
+    from mpi4py import MPI
+    comm = comm if comm is not None else MPI.COMM_WORLD
+    error = plan = None
+    try:
+        plan = _Plan(name, model, buffers)
+    except UsageError as exc:
+        error = exc
+    mpi.agree(comm, error)
+    params = plan.bind(plan.params)
+    grads = plan.bind_grads() if plan.needs_grads else None
+    stats = plan.bind(plan.buffers) if plan.buffers else None
+    algorithm = algorithms.create(
+        name, params.numpy_views, comm=comm,
+        grads=None if grads is None else grads.numpy_views,
+        stats=None if stats is None else stats.numpy_views, **options)
+    for bound, flat in ((params, algorithm.buffer), (grads, algorithm.grad_buffer),
+                        (stats, algorithm.stat_buffer)):
+        if bound is not None and flat is not None and flat.data is not bound.flat:
+            raise RuntimeError("psgd copied the torch tensors instead of adopting them")
+    return TorchSync(algorithm, model, plan, params, grads, stats)
+
+
+class _Plan:
+    """What create() will bind, checked before anything is changed."""
+
+    def __init__(self, name, model, buffers):
+        if not isinstance(model, torch.nn.Module):
+            raise UsageError("psgd.torch.create needs a torch.nn.Module, got %s"
+                             % type(model).__name__)
+        cls = algorithms.REGISTRY.get(name)
+        self.needs_grads = bool(getattr(cls, "needs_grads", False))
+        self.params = _unique(model.named_parameters())
+        if not self.params:
+            raise UsageError("the model has no parameters to synchronize")
+        self.buffers = []
+        if buffers:
+            if cls is not None and not issubclass(cls, CollectiveWorker):
+                raise UsageError("buffers=True: %s does not average buffers; the collective "
+                                 "algorithms (bsp, bmuf, sod, syncgrad) do" % name)
+            self.buffers = [(n, b) for n, b in _unique(model.named_buffers())
+                            if b.is_floating_point()]
+        self.device = _one_device(self.params + self.buffers)
+        for what, tensors in (("parameter", self.params), ("buffer", self.buffers)):
+            _one_dtype(what, tensors)
+
+    def bind(self, named):
+        return _Bound(named, self.device)
+
+    def bind_grads(self):
+        grads = _Bound([(n, torch.zeros_like(p)) for n, p in self.params], self.device)
+        for (_, p), view in zip(self.params, grads.views):
+            p.grad = view
+        return grads
+
+
+class _Bound:
+    """One flat array (NumPy or CuPy) that `named` tensors now view."""
+
+    def __init__(self, named, device):
+        self.names = [n for n, _ in named]
+        self.tensors = [t for _, t in named]
+        total = sum(t.numel() for t in self.tensors)
+        dtype = _DTYPES[self.tensors[0].dtype]
+        if device.type == "cuda":
+            import cupy
+            with cupy.cuda.Device(device.index):
+                self.flat = cupy.empty(total, dtype=dtype)
+            flat_t = torch.from_dlpack(self.flat)
+        else:
+            self.flat = np.empty(total, dtype=dtype)
+            flat_t = torch.from_numpy(self.flat)
+        self.numpy_views = FlatBuffer(self.flat, [tuple(t.shape) for t in self.tensors]).views
+        self.views, offset = [], 0
+        with torch.no_grad():
+            for t in self.tensors:
+                view = flat_t[offset:offset + t.numel()].view(t.shape)
+                view.copy_(t)
+                t.data = view
+                self.views.append(view)
+                offset += t.numel()
+        if device.type == "cuda":
+            torch.cuda.current_stream(device).synchronize()
+        self.pointers = [v.data_ptr() for v in self.views]
+
+    def replaced(self):
+        """Name of the first tensor no longer viewing the flat array, or None."""
+        for name, t, ptr, view in zip(self.names, self.tensors, self.pointers, self.views):
+            if t.numel() and (t.data_ptr() != ptr or t.shape != view.shape):
+                return name
+        return None
+
+
+class TorchSync:
+    """The algorithm object of this rank, for a torch model. Everything the
+    NumPy API offers (role, run, begin_round, params, state_dict, close, ...)
+    is here too; synchronize and stop also check the binding and take the
+    user's optimizer."""
+
+    def __init__(self, algorithm, model, plan, params, grads, stats):
+        self.algorithm = algorithm
+        self.model = model
+        self._params, self._grads, self._stats = params, grads, stats
+        self._members = [id(t) for t in params.tensors]
+        self._device = plan.device
+
+    def __getattr__(self, name):
+        return getattr(self.algorithm, name)
+
+    def __repr__(self):
+        return "<psgd.torch %s %s on %s>" % (self.algorithm.name, self.algorithm.role,
+                                             self._device)
+
+    def synchronize(self, n_k, optimizer=None):
+        """One sync of algorithm `name` (n_k: samples since the last one).
+        `optimizer`: a torch optimizer whose state bmuf resets after each sync
+        (reset_local_state, on by default), as Kaldi's trainers do."""
+        self._before()
+        more = self.algorithm.synchronize(n_k)
+        self._after(optimizer)
+        return more
+
+    def stop(self, n_k=0, optimizer=None):
+        """Fold in the last partial block and wait until every worker is done.
+        syncgrad: `optimizer.step()` follows every averaged gradient while
+        others still train, so this replica stays identical to theirs."""
+        self._before()
+        if self._grads is not None:
+            step = None if optimizer is None else optimizer.step
+            result = self.algorithm.stop(n_k, step=step)
+        else:
+            result = self.algorithm.stop(n_k)
+        self._after(optimizer)
+        return result
+
+    def run(self):
+        """Server algorithms, rank 0: serve until every worker has finished."""
+        self._before()
+        stats = self.algorithm.run()
+        self._after(None)
+        return stats
+
+    # ------------------------------------------------------------------------
+    def _before(self):
+        self._check_binding()
+        if self._grads is not None:
+            self._adopt_grads()
+        if self._device.type == "cuda":
+            torch.cuda.current_stream(self._device).synchronize()
+
+    def _after(self, optimizer):
+        if self._device.type == "cuda":
+            import cupy
+            cupy.cuda.get_current_stream().synchronize()
+        if optimizer is not None and getattr(self.algorithm, "reset_local_state", False):
+            optimizer.state.clear()
+
+    def _check_binding(self):
+        members = [id(p) for p in self.model.parameters()]
+        replaced = None
+        if members != self._members:
+            replaced = "the model's parameter list"
+        else:
+            replaced = self._params.replaced() or (self._stats and self._stats.replaced())
+        if replaced:
+            raise UsageError(
+                "%s no longer lives in psgd's flat buffer: it was replaced after "
+                "psgd.torch.create (by .to(), .double(), assigning .data or a new "
+                "module); finish changing the model, then create the sync" % replaced)
+
+    def _adopt_grads(self):
+        """syncgrad: the .grad tensors must be the flat views it averages."""
+        with torch.no_grad():
+            for p, view in zip(self._params.tensors, self._grads.views):
+                grad = p.grad
+                if grad is view:
+                    continue
+                if grad is None:
+                    view.zero_()
+                elif grad.data_ptr() != view.data_ptr() or grad.shape != view.shape:
+                    view.copy_(grad)
+                p.grad = view
+
+
+def _unique(named):
+    """(name, tensor) pairs, each tensor once (tied weights are shared)."""
+    seen, out = set(), []
+    for name, t in named:
+        if id(t) not in seen:
+            seen.add(id(t))
+            out.append((name, t))
+    return out
+
+
+def _one_device(named):
+    devices = sorted({str(t.device) for _, t in named})
+    if len(devices) > 1:
+        raise UsageError("the model's tensors are on several devices (%s); psgd keeps one "
+                         "flat buffer per rank: move the model to one device first"
+                         % ", ".join(devices))
+    device = named[0][1].device
+    if device.type not in ("cpu", "cuda"):
+        raise UsageError("the model is on %s; psgd.torch supports cpu and cuda" % device)
+    return device
+
+
+def _one_dtype(what, named):
+    for name, t in named:
+        if t.dtype not in _DTYPES:
+            raise UsageError("%s %r is %s; psgd synchronizes float32 or float64 tensors"
+                             % (what, name, str(t.dtype).replace("torch.", "")))
+    dtypes = sorted({str(t.dtype).replace("torch.", "") for _, t in named})
+    if len(dtypes) > 1:
+        raise UsageError("the model's %ss mix %s; use one dtype (model.float() or "
+                         "model.double())" % (what, " and ".join(dtypes)))

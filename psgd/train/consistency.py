@@ -1,0 +1,92 @@
+"""Flags that would do nothing are errors, or take effect and say so:
+model flags beside --init, a resumed run whose flags differ from its
+checkpoint's, --gpu-ids on the numpy backend."""
+import warnings
+
+import numpy as np
+
+from ..errors import UsageError
+
+MODEL_FLAGS = ("hidden", "channels", "lstm_cells", "dropout", "batchnorm")
+# What the checkpoint's state was made of: resuming under another value
+# would load it into a different model, data set or algorithm.
+FIXED_ON_RESUME = ("algo", "model", "hidden", "channels", "lstm_cells", "batchnorm", "dropout",
+                   "num_samples", "feats", "targets", "cv_feats", "cv_targets", "splice",
+                   "num_classes", "cmvn", "optimizer", "model_parallel", "sync_bn", "bptt",
+                   "lr_schedule")
+# Read from the flags every epoch: a new value simply holds from the resumed epoch on.
+FOLLOWED_ON_RESUME = ("epochs", "minibatch_size", "sync_period", "seed", "lr_decay",
+                      "newbob_start", "newbob_end", "newbob_factor", "alpha", "weighting",
+                      "block_momentum", "block_lr", "nesterov", "reset_local_state", "outer",
+                      "outer_lr", "outer_momentum", "barrier_period", "masgd_momentum",
+                      "masgd_scope")
+# Restored from the checkpoint's optimizer state unless given anew: the new
+# value is written into the state before it is loaded.
+OPTIMIZER_OPTIONS = ("lr", "momentum", "weight_decay", "clip")
+
+
+def _flag(name):
+    return "--" + name.replace("_", "-")
+
+
+def _same(a, b):
+    if isinstance(a, str) and isinstance(b, str):
+        return a.replace(" ", "") == b.replace(" ", "")
+    return a == b
+
+
+def check_init(args, path, saved_sizes, saved_name):
+    """--init fixes the model: a model flag given with another value than
+    the file's is an error (it used to be ignored)."""
+    for name in MODEL_FLAGS:
+        given = getattr(args, name, None)
+        if given is not None and not _same(given, saved_sizes.get(name)):
+            raise UsageError("%s %s disagrees with --init %s, whose model has %s (leave the "
+                             "model flags out with --init)" % (
+                                 _flag(name), given, path, "%s %s" % (
+                                     _flag(name), saved_sizes[name]) if name in saved_sizes
+                                 else "no %s" % _flag(name)))
+    if args.model not in ("cnn", saved_name) and saved_name:
+        raise UsageError("--model %s disagrees with --init %s, a %s model" % (
+            args.model, path, saved_name))
+
+
+def reconcile_resume(args, arrays, header, say):
+    """Before a checkpoint is loaded: refuse flags that contradict it; for
+    optimizer options given anew, write the new value into the state to be
+    loaded; log every flag whose new value takes effect."""
+    saved = header.get("config", {})
+    for name in FIXED_ON_RESUME:
+        if name in saved and not _same(getattr(args, name, None), saved[name]):
+            if name == "model" and args.init:
+                continue    # --init names the model; the trainer took the file's
+            raise UsageError("--resume: %s %s differs from the checkpoint's %s (%s); start "
+                             "afresh in another --checkpoint-dir to change it" % (
+                                 _flag(name), getattr(args, name), saved[name],
+                                 args.checkpoint_dir))
+    changed = []
+    for name in FOLLOWED_ON_RESUME:
+        if name in saved and not _same(getattr(args, name, None), saved[name]):
+            changed.append((name, saved[name], getattr(args, name)))
+    for name in OPTIMIZER_OPTIONS:
+        new = getattr(args, name, None)
+        key = "opt/" + name
+        if new is None or key not in arrays or float(arrays[key]) == float(new) \
+                or (name == "clip" and args.model_parallel):   # clipped outside the optimizer
+            continue
+        if name == "lr" and saved.get("lr") == new:
+            continue    # the same --lr as before: the schedule's rate holds
+        changed.append((name, float(arrays[key]), new))
+        arrays[key] = np.asarray(new, dtype=np.asarray(arrays[key]).dtype)
+        if name == "lr":
+            header.setdefault("schedule", {})["lr"] = float(new)
+    if say:
+        from .metrics import kaldi_log
+        for name, old, new in changed:
+            kaldi_log("resume: %s %s (the checkpoint's was %s) takes effect" % (
+                _flag(name), new, old), "setup")
+
+
+def warn_unused_gpu_ids(args, backend_name, main):
+    if args.gpu_ids and backend_name == "numpy" and main:
+        warnings.warn("--gpu-ids %s has no effect on the numpy backend" % args.gpu_ids)

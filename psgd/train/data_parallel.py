@@ -1,0 +1,241 @@
+"""How a step and a sync happen in data-parallel training: every rank holds
+the whole model, trains its shard and synchronizes through the chosen
+algorithm (rank 0 serves under a server algorithm).
+
+The Trainer's epoch loop talks to this object, or to hybrid.ModelParallel,
+through the same small interface (see Trainer): roles, build, train_epoch,
+evaluate, rollback, checkpoint state and the final model."""
+import warnings
+
+import numpy as np
+from mpi4py import MPI
+
+from .. import mpi
+from ..algorithms import REGISTRY, create
+from ..data import Minibatches
+from ..errors import UsageError
+from . import checkpoint as ckpt
+from .faults import FiniteGuard
+from .metrics import ServerTotals, kaldi_log
+from .options import algorithm_options, default_sync_period
+
+
+class DataParallel:
+    def __init__(self, args, comm):
+        self.args, self.comm = args, comm
+        self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        self.algorithm = REGISTRY[args.algo]
+        self.server_based = self.algorithm.server_based
+        self.is_server = self.server_based and self.rank == mpi.MAIN_RANK
+        self.num_workers = self.algorithm.workers(self.size)
+        first_worker = self.size - self.num_workers   # the server, when there is one, is rank 0
+        self.worker_index = None if self.is_server else self.rank - first_worker
+        self.gradients_averaged = getattr(self.algorithm, "needs_grads", False)
+        self.server_totals = ServerTotals()
+        self.sync = self.guard = None
+
+    # set-up ------------------------------------------------------------------------
+    def check(self):
+        """Before any data is read."""
+        if self.server_based and self.size < 2:
+            raise UsageError("%s needs a server and at least one worker: run with "
+                             "mpirun -np 2 or more" % self.args.algo)
+
+    def build(self, net, optimizer, backend, data):
+        """Collective: the algorithm takes over the network's buffers.
+        Returns the (network, optimizer) to train with."""
+        args = self.args
+        self.net, self.optimizer = net, optimizer
+        self.sync_period = args.sync_period or default_sync_period(args)
+        self.sync = create(args.algo, net.params, comm=self.comm,
+                           grads=net.grads if self.gradients_averaged else None,
+                           stats=net.stat_buffer.views if not self.server_based else None,
+                           **algorithm_options(args, self.num_workers))
+        net.rebind(self.sync.params, self.sync.grads)
+        # The server algorithms do not average BatchNorm statistics: the
+        # trainer does before evaluating, over this exchange made once.
+        self.stat_exchange = mpi.Exchange(self.comm, net.stat_buffer)
+        if self.server_based:
+            # Workers evaluate the server's center in a buffer of their own:
+            # their parameters belong to the algorithm and are not written.
+            self.center = net.param_buffer if self.is_server else net.param_buffer.like()
+            self.center_exchange = mpi.Exchange(self.comm, self.center)
+        self.guard = FiniteGuard(backend.xp, net.param_buffer.data, net.grad_buffer.data,
+                                 optimizer, args.skip_nonfinite, keeps_model=not self.is_server)
+        return net, optimizer
+
+    def announcement(self, net, data, backend):
+        a = self.args
+        return ("%s on %d ranks (%d workers%s), %s: %d params, %s data %d train / %d "
+                "held-out examples, backend %s" % (
+                    a.algo, self.size, self.num_workers, ", rank 0 serves" if self.server_based
+                    else "", a.model, net.num_params, data.name, data.total_train,
+                    data.total_eval, backend.name))
+
+    def title(self):
+        return self.args.algo
+
+    # the epoch -----------------------------------------------------------------------
+    def begin_epoch(self, epoch, first):
+        if not first:
+            self.sync.begin_round()  # server algorithms serve one run() per epoch
+        else:
+            self.guard.saved()  # what --skip-nonfinite falls back on before the first sync
+
+    def train_epoch(self, epoch, data, progress, watchdog):
+        """(loss sum, frames) of this rank's epoch; the server serves it."""
+        if self.is_server:
+            watchdog.serve(epoch, self.sync.syncs)
+            self.server_totals.add(self.sync.run())
+            return 0.0, 0
+        args, net, opt, sync = self.args, self.net, self.optimizer, self.sync
+        w, g = net.param_buffer.data, net.grad_buffer.data
+        x, y = data
+        batches = Minibatches(x, y, args.minibatch_size,
+                              seed=args.seed * 100003 + self.worker_index, epoch=epoch)
+        net.reset_state()
+        # Dropout masks from (seed, worker, epoch) alone: a resumed run draws
+        # exactly what the uninterrupted one drew, and workers differ.
+        net.reseed([args.seed, self.worker_index, epoch])
+        since, loss_sum, frames_seen = 0, 0.0, 0
+        for xb, yb in batches:
+            loss = net.loss_and_grad(xb, yb)
+            frames = int((yb >= 0).sum()) if yb.ndim > 1 else len(yb)
+            loss_sum += float(loss) * frames
+            frames_seen += frames
+            if self.gradients_averaged:
+                frames = self.guard.check(g, frames, self._where(epoch))
+                watchdog.enter(epoch, sync.syncs)
+                more = sync.synchronize(frames)
+                watchdog.leave()
+                if not more:
+                    return _ended_early(epoch, loss_sum, frames_seen)
+                opt.step(w, g)
+            else:
+                opt.step(w, g)
+                since += frames
+                if since >= self.sync_period:
+                    if not self._sync(epoch, since, watchdog):
+                        return _ended_early(epoch, loss_sum, frames_seen)
+                    since = 0
+            progress.update(epoch, args.epochs, batches.position, len(batches),
+                            loss_sum / max(frames_seen, 1))
+        watchdog.enter(epoch, sync.syncs)
+        if self.gradients_averaged:
+            sync.stop(0, step=lambda: opt.step(w, g))
+        else:
+            since = self.guard.check(w, since, self._where(epoch))
+            sync.stop(since)
+            self._after_sync()
+        watchdog.leave()
+        return loss_sum, frames_seen
+
+    def _where(self, epoch):
+        return "before sync %d (epoch %d)" % (self.sync.syncs + 1, epoch + 1)
+
+    def _sync(self, epoch, n_k, watchdog):
+        n_k = self.guard.check(self.net.param_buffer.data, n_k, self._where(epoch))
+        watchdog.enter(epoch, self.sync.syncs)
+        more = self.sync.synchronize(n_k)
+        watchdog.leave()
+        self._after_sync()
+        return more
+
+    def _after_sync(self):
+        if getattr(self.sync, "reset_local_state", False):
+            self.optimizer.reset()
+        self.guard.saved()
+
+    def syncs(self):
+        """Collective: the most syncs any worker made."""
+        count = np.array([self.sync.syncs if not self.is_server else 0], dtype=np.int64)
+        self.comm.Allreduce(MPI.IN_PLACE, [count, MPI.INT64_T], op=MPI.MAX)
+        return int(count[0])
+
+    # end of epoch ---------------------------------------------------------------------
+    def evaluate(self, x, y):
+        """Collective: (loss, accuracy) over every rank's share of the
+        held-out set, of the common model or the server's center (a worker
+        computes with a copy of it for the while); nan without one."""
+        sums = np.zeros(3)
+        if self.server_based:
+            self._average_stats_over_workers()
+            self.center_exchange.bcast(mpi.MAIN_RANK)
+            if not self.is_server:
+                self.net.rebind(self.center.views)
+        try:
+            if len(y):
+                loss, acc = self.net.evaluate(x, y)
+                frames = int((y >= 0).sum())
+                sums[:] = (loss * frames, acc * frames, frames)
+        finally:
+            if self.server_based and not self.is_server:
+                self.net.rebind(self.sync.params, self.sync.grads)
+        self.comm.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
+        if sums[2] == 0:
+            return float("nan"), float("nan")
+        return sums[0] / sums[2], sums[1] / sums[2]
+
+    def _average_stats_over_workers(self):
+        stats = self.net.stat_buffer
+        if stats.size == 0:
+            return
+        s = stats.data
+        s *= s.dtype.type(0.0 if self.is_server else 1.0 / self.num_workers)
+        self.stat_exchange.allreduce()
+
+    def model(self):
+        """The model newbob keeps as its best (rank 0's is what counts)."""
+        return self.net.param_buffer.data
+
+    def rollback(self, best):
+        """newbob rejected the epoch: rank 0's `best` becomes every rank's
+        model through the algorithm, which restarts its state from it."""
+        self.sync.reset_to(best)
+        self.guard.saved()
+
+    # checkpoints and outputs -------------------------------------------------------------
+    def header(self):
+        return {"algorithm_options": self.sync.options}
+
+    def checkpoint_state(self):
+        """(arrays, extra header entries) of this rank's checkpoint."""
+        arrays = ckpt.join("net", self.net.state_dict())
+        arrays.update(ckpt.join("algo", self.sync.state_dict()))
+        return arrays, {}
+
+    def check_checkpoint(self, state):
+        """A model-parallel run's checkpoint holds no algorithm state."""
+
+    def load_checkpoint(self, arrays, header):
+        self.net.load_state_dict(ckpt.split(arrays, "net"))
+        self.sync.load_state_dict(ckpt.split(arrays, "algo"))
+
+    def final_state(self):
+        """Collective: the model to write, on rank 0 (w_g, or the server's center)."""
+        return self.net.state_dict() if self.rank == mpi.MAIN_RANK else None
+
+    def closing_lines(self, say, main):
+        """Collective: the last log lines about how the run went."""
+        if self.is_server and say:
+            kaldi_log(self.server_totals.line(), "finish")
+        dropped = np.array([self.guard.dropped], dtype=np.int64)
+        self.comm.Allreduce(MPI.IN_PLACE, [dropped, MPI.INT64_T], op=MPI.SUM)
+        if dropped[0] and main:  # even with --quiet: the model lacks their work
+            kaldi_log("dropped %d non-finite contribution(s) (--skip-nonfinite)" % dropped[0])
+
+    def summary(self):
+        """The last log line, or None."""
+        return None
+
+    def close(self):
+        if self.sync is not None:
+            self.sync.close()
+
+
+def _ended_early(epoch, loss_sum, frames_seen):
+    """synchronize said all are done while this worker had data left: every
+    worker still training dropped (--skip-nonfinite) at the same sync."""
+    warnings.warn("epoch %d ends early: every worker still training dropped its "
+                  "contribution to the same sync" % (epoch + 1))
+    return loss_sum, frames_seen

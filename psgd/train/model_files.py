@@ -1,0 +1,136 @@
+"""The trainer's model files: what --init reads and what --out writes.
+
+--init: a psgd .npz (a zip: detected by content) or a Kaldi nnet1 model
+(binary or text, e.g. the output of nnet-initialize), anything else is
+read as nnet1 and refused in one line if it is not.
+--out NAME.nnet writes nnet1 (binary unless --binary false) and next to it
+final.feature_transform (the splice + CMVN the model was trained with, or
+the --feature-transform given) and ali_train_pdf.counts, the layout of
+steps/nnet/train.sh; any other name writes a self-contained .npz holding
+the network, the feature transform and the class frame counts.
+
+A network read from nnet1 is described in the .npz header by its layers
+(name "nnet1"), so it round-trips through .npz too.
+"""
+import os
+
+import numpy as np
+
+from .. import kaldi
+from ..errors import UsageError
+from ..nnet import build_model
+from . import consistency, model_io
+
+TRANSFORM_KEY = "feature_transform"   # nnet1 binary bytes of the transform, uint8
+COUNTS_KEY = "class_counts"
+EXTRA_KEYS = (TRANSFORM_KEY, COUNTS_KEY)
+TRANSFORM_FILE = "final.feature_transform"
+COUNTS_FILE = "ali_train_pdf.counts"
+
+
+def writes_nnet1(path):
+    return bool(path) and path.endswith(".nnet")
+
+
+def is_npz(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read(2) == b"PK"
+    except FileNotFoundError:
+        raise UsageError("%s: no such file" % path) from None
+    except OSError as exc:
+        raise UsageError("%s: cannot read (%s)" % (path, exc.strerror or exc)) from None
+
+
+def read_model(path, xp=np, seed=0):
+    """(net, model header, extras {feature_transform, class_counts}) of a model file."""
+    if not is_npz(path):
+        layers = kaldi.read_nnet(path)
+        net = kaldi.network_of(layers, xp=xp, seed=seed, name=path)
+        return net, _nnet1_header(layers, net), {}
+    arrays, header = model_io.load(path)
+    extras = {k: arrays.pop(k) for k in EXTRA_KEYS if k in arrays}
+    model = header.get("model", {})
+    net = network_from_header(model, xp, seed, path)
+    net.load_state_dict(arrays)
+    if TRANSFORM_KEY in extras:
+        extras[TRANSFORM_KEY] = kaldi.FeatureTransform.parse(
+            extras[TRANSFORM_KEY].tobytes(), "%s (its feature transform)" % path)
+    return net, model, extras
+
+
+def network_from_header(model, xp, seed, name):
+    if model.get("name") == "nnet1":
+        net = kaldi.network_from_spec(model.get("layers", []), xp=xp, seed=seed, name=name)
+    else:
+        net = build_model(model.get("name"), tuple(model.get("input_shape", ())),
+                          model.get("num_classes"), xp=xp, seed=seed, **model.get("sizes", {}))
+    return net
+
+
+def _nnet1_header(layers, net):
+    return {"name": "nnet1", "input_shape": [layers[0].input_dim],
+            "num_classes": int(layers[-1].output_dim), "layers": kaldi.spec_of(layers),
+            "dtype": str(net.dtype)}
+
+
+def read_transform(args):
+    """The feature transform this run applies to its input, or None (psgd's own
+    splice + CMVN): --feature-transform, else the one stored in an --init .npz."""
+    if getattr(args, "feature_transform", None):
+        return kaldi.FeatureTransform.read(args.feature_transform)
+    if args.init and is_npz(args.init):
+        arrays, _ = model_io.load(args.init)
+        if TRANSFORM_KEY in arrays:
+            return kaldi.FeatureTransform.parse(arrays[TRANSFORM_KEY].tobytes(),
+                                                "%s (its feature transform)" % args.init)
+    return None
+
+
+def build_network(args, data, xp):
+    """(net, model header) for the trainer: --init's model, or a fresh one."""
+    sizes = {k: getattr(args, k) for k in ("hidden", "channels", "lstm_cells", "dropout",
+                                           "batchnorm") if getattr(args, k) is not None}
+    if args.init:
+        net, model, _ = read_model(args.init, xp=xp, seed=args.seed)
+        if "sizes" in model:   # a psgd model records its sizes; an nnet1 file has none to compare
+            consistency.check_init(args, args.init, model["sizes"], model.get("name"))
+        saved_shape = tuple(model.get("input_shape", ()))
+        if saved_shape != tuple(data.input_shape):
+            raise UsageError("%s expects inputs of shape %s, the data has %s"
+                             % (args.init, saved_shape, tuple(data.input_shape)))
+        args.model = model.get("name", args.model)
+        data.num_classes = model.get("num_classes", data.num_classes)
+        header = dict(model, sizes=model.get("sizes", sizes))
+    else:
+        net = build_model(args.model, data.input_shape, data.num_classes, xp=xp,
+                          seed=args.seed, **sizes)
+        header = {"name": args.model, "input_shape": list(data.input_shape),
+                  "num_classes": int(data.num_classes), "sizes": sizes,
+                  "dtype": str(net.dtype)}
+    if writes_nnet1(args.out):
+        kaldi.layers_of(net, name="--out %s" % args.out)   # refuse now, not after training
+    return net, header
+
+
+def save_model(path, state, header, data=None, binary=True):
+    """Write the model `state` (a state_dict) described by `header`; see the
+    module docstring for what goes where."""
+    transform = getattr(data, "feature_transform", None)
+    counts = getattr(data, "class_counts", None)
+    if writes_nnet1(path):
+        net = network_from_header(header["model"], np, 0, path)
+        net.load_state_dict(state)
+        folder = os.path.dirname(os.path.abspath(path))
+        kaldi.write_nnet(path, kaldi.layers_of(net, name=path), binary=binary)
+        if transform is not None:
+            transform.write(os.path.join(folder, TRANSFORM_FILE), binary=False)
+        if counts is not None:
+            kaldi.write_counts(os.path.join(folder, COUNTS_FILE), counts)
+        return
+    arrays = dict(state)
+    if transform is not None:
+        arrays[TRANSFORM_KEY] = np.frombuffer(transform.encode(binary=True), dtype=np.uint8)
+    if counts is not None:
+        arrays[COUNTS_KEY] = np.asarray(counts, dtype=np.int64)
+    model_io.save(path, arrays, header)

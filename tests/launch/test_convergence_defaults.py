@@ -1,0 +1,48 @@
+"""The convergence defaults end to end: the server's staleness in the closing
+log line and in --metrics, and the large-batch rate (start-up line, warm-up
+per epoch, --no-lr-scaling)."""
+import json
+import math
+import re
+
+import pytest
+
+from launch_util import psgd_train
+
+pytestmark = pytest.mark.timeout(300)
+
+QUICK = ["--model", "mlp", "--hidden", "32", "--num-samples", "600", "--progress", "off"]
+
+
+def rows_of(path):
+    return [json.loads(line) for line in open(path)]
+
+
+def test_staleness_in_the_closing_line_and_the_metrics(tmp_path):
+    metrics = str(tmp_path / "m.jsonl")
+    r = psgd_train(4, "--algo", "asgd", "--epochs", "1", *QUICK, "--metrics", metrics)
+    assert r.returncode == 0, r.stderr
+    row = rows_of(metrics)[-1]
+    hist = row["staleness_hist"]
+    assert sum(hist) > 0 and hist[-1] > 0 and row["staleness_max"] == len(hist) - 1
+    assert row["staleness_mean"] == pytest.approx(
+        sum(i * c for i, c in enumerate(hist)) / sum(hist))
+    line = re.search(r"staleness mean ([0-9.]+), max (\d+)", r.stdout)
+    assert line, r.stdout
+    assert float(line.group(1)) == pytest.approx(row["staleness_mean"], abs=0.005)
+    assert int(line.group(2)) == row["staleness_max"]
+
+
+def test_the_large_batch_rate_warms_up_and_can_be_turned_off(tmp_path):
+    metrics = str(tmp_path / "m.jsonl")
+    r = psgd_train(2, "--algo", "bsp", "--epochs", "3", *QUICK, "--metrics", metrics)
+    assert r.returncode == 0, r.stderr
+    assert "adam lr 0.00282843 (square-root rule: x1.41 for 2 workers" in r.stdout
+    k = math.sqrt(2)
+    expected = [0.002 * (1 + (k - 1) * min(1, e / 3)) for e in (1, 2, 3)]
+    assert [row["lr"] for row in rows_of(metrics)] == pytest.approx(expected)
+    r = psgd_train(2, "--algo", "bsp", "--epochs", "1", *QUICK, "--metrics", metrics,
+                   "--no-lr-scaling")
+    assert r.returncode == 0, r.stderr
+    assert "adam lr 0.002\n" in r.stdout and "rule" not in r.stdout
+    assert rows_of(metrics)[0]["lr"] == pytest.approx(0.002)

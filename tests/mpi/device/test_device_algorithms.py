@@ -1,0 +1,65 @@
+"""Every algorithm's replay test with the model on a device (simulated, or a
+GPU): the device copies and kernels run only when a stream is synchronized,
+so a missing synchronization on the sync path breaks a replay."""
+import numpy as np
+import pytest
+
+import reference
+from device_util import load
+
+pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.timeout(120)]
+
+collective = load("algorithms/test_collective.py")
+servers = load("algorithms/test_servers.py")
+
+
+@pytest.mark.parametrize("name,update,final_of,options", [
+    ("bsp", lambda ws, ns, s: reference.bsp(ws, ns, s, False), None, {}),
+    ("bmuf", lambda ws, ns, s: reference.bmuf(ws, ns, s, 0.6, 1.3, True),
+     lambda s: s["w_g"], {"block_momentum": 0.6, "block_lr": 1.3}),
+    ("sod", lambda ws, ns, s: reference.sod(ws, ns, s, "adam", 0.05), None,
+     {"outer": "adam", "outer_lr": 0.05}),
+], ids=["bsp", "bmuf", "sod"])
+def test_collective_replay_on_device(comm, xp, name, update, final_of, options):
+    sync = collective.check(comm, name, update, final_of, xp=xp, **options)
+    assert sync.buffer.on_device
+
+
+def test_syncgrad_on_device(comm, xp):
+    w = xp.zeros(4)
+    sync = collective.psgd.create("syncgrad", [w], grads=[xp.zeros(4)], comm=comm)
+    w, g = sync.params[0], sync.grads[0]
+    for t in range(3):
+        g[...] = comm.rank + t
+        assert sync.synchronize(1 + comm.rank)
+        w -= 0.5 * g
+    sync.stop(0)
+    n = sum(1 + k for k in range(comm.size))
+    expected = -0.5 * sum(sum((k + t) * (1 + k) for k in range(comm.size)) / n for t in range(3))
+    np.testing.assert_allclose(w.get(), expected)
+
+
+def test_chunked_bmuf_on_device(comm, xp):
+    old = collective.mpi.set_chunk_elements(4)
+    try:
+        collective.check(comm, "bmuf", lambda ws, ns, s: reference.bmuf(ws, ns, s, 0.5, 1.0, True),
+                         lambda s: s["w_g"], xp=xp, block_momentum=0.5)
+    finally:
+        collective.mpi.set_chunk_elements(old)
+
+
+@pytest.mark.parametrize("name", ["easgd", "asgd", "masgd"])
+def test_server_replay_on_device(comm, xp, name):
+    replay = {"easgd": lambda x, log, f: reference.easgd(x, log, f, 0.5),
+              "asgd": lambda x, log, f: reference.asgd(x, log, f, 1.0),
+              "masgd": lambda x, log, f: reference.asgd(x, log, f, 0.1, 0.9, "worker")}[name]
+    options = {"alpha": 0.5} if name == "easgd" else {}
+    obj, _, _ = servers.check_replay(comm, name, replay, xp=xp, **options)
+    assert obj.buffer.on_device
+
+
+@pytest.mark.parametrize("name", ["asgd", "masgd"])
+def test_held_replies_on_device(comm, xp, name):
+    """barrier_period: the server holds replies, so serve() goes straight
+    from one worker's update kernel to the next receive."""
+    servers.check_barrier(comm, name, {}, 1, xp=xp)

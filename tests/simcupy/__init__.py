@@ -1,0 +1,143 @@
+"""simcupy: a CuPy stand-in over NumPy for the test suite (no GPU needed).
+
+Arrays live in their own memory and copies and kernels take effect only
+when the stream they were issued on (or an event recorded on it) is
+synchronized (device.py explains the model); MPI sees host memory, and
+device memory handed to it through __cuda_array_interface__, exactly as it
+is at the call. So a missing synchronization on psgd's sync path sends a
+stale or NaN model, and a test fails.
+
+    import simcupy; simcupy.install()   # psgd's cupy backend now runs here
+    ...; simcupy.uninstall()
+"""
+import numpy as _np
+
+from . import cupyx as _cupyx
+from . import device as _device
+from .array import Device, launch, ndarray
+from .kernel import ElementwiseKernel
+
+__version__ = "0.sim"
+
+
+def get_array_module(*args):
+    return _self if any(isinstance(a, ndarray) for a in args) else _np
+
+
+def _from_host(obj, dtype=None, copy=True):
+    host = _np.array(obj, dtype=dtype, copy=True)       # pageable: consumed at the call
+    out = ndarray(host.copy(), _device.poisoned(host))
+    _device.enqueue(lambda: out._phys.__setitem__(Ellipsis, host))
+    return out
+
+
+def asarray(obj, dtype=None, order=None):
+    if isinstance(obj, ndarray):
+        return obj if dtype is None or _np.dtype(dtype) == obj.dtype else obj.astype(dtype)
+    return _from_host(obj, dtype)
+
+
+def array(obj, dtype=None, copy=True, order="K", ndmin=0):
+    if isinstance(obj, ndarray):
+        return obj.astype(dtype or obj.dtype, copy=True)
+    return _from_host(obj, dtype)
+
+
+def _creator(name):
+    fn = getattr(_np, name)
+
+    def create(*args, **kwargs):
+        host = fn(*args, **kwargs)                      # the value the kernel writes
+        out = ndarray(host, _device.poisoned(host))
+        if name != "empty":                             # empty launches nothing
+            value = host.copy()
+            _device.enqueue(lambda: out._phys.__setitem__(Ellipsis, value))
+        return out
+    return create
+
+
+for _name in ("zeros", "ones", "empty", "full", "arange", "linspace", "eye"):
+    globals()[_name] = _creator(_name)
+
+
+def _like(name):
+    create = _creator(name[:-len("_like")])
+
+    def create_like(a, *args, dtype=None, **kwargs):
+        return create(a.shape, *args, dtype=dtype or a.dtype, **kwargs)
+    return create_like
+
+
+for _name in ("zeros_like", "ones_like", "empty_like", "full_like"):
+    globals()[_name] = _like(_name)
+
+
+class _Namespace:
+    def __init__(self, **items):
+        self.__dict__.update(items)
+
+
+class CUDARuntimeError(RuntimeError):
+    pass
+
+
+cuda = _Namespace(
+    Stream=lambda null=False, non_blocking=False: _device.new_stream(non_blocking),
+    Event=_device.Event, get_current_stream=_device.get_current_stream, Device=Device,
+    runtime=_Namespace(getDeviceCount=lambda: 1, CUDARuntimeError=CUDARuntimeError,
+                       deviceSynchronize=_device.synchronize_all),
+    alloc_pinned_memory=None)
+cuda.Stream.null = _device.Stream.null
+
+
+class _Generator:
+    """NumPy's generator, its draws landing on the device like a kernel's."""
+
+    def __init__(self, seed=None):
+        self._rng = _np.random.default_rng(seed)
+
+    def __getattr__(self, name):
+        draw = getattr(self._rng, name)
+
+        def device_draw(*args, **kwargs):
+            return asarray(draw(*args, **kwargs))
+        return device_draw
+
+
+random = _Namespace(default_rng=_Generator)
+
+
+def _as_strided(x, shape=None, strides=None):
+    st = _np.lib.stride_tricks
+    return ndarray(st.as_strided(x._log, shape, strides), st.as_strided(x._phys, shape, strides),
+                   base=x)
+
+
+lib = _Namespace(stride_tricks=_Namespace(as_strided=_as_strided))
+
+
+def __getattr__(name):
+    """Every other NumPy function or constant, launched on the device."""
+    value = getattr(_np, name)
+    if callable(value) and not isinstance(value, type):
+        def launched(*args, **kwargs):
+            return launch(value, *args, **kwargs)
+        launched.__name__ = name
+        return launched
+    return value
+
+
+def install():
+    """Make psgd's cupy backend run on this stand-in."""
+    from psgd import backend
+    return backend.use_device_modules(_self, _cupyx)
+
+
+def uninstall(previous=None):
+    from psgd import backend
+    backend.use_device_modules(*(previous or (None, None)))
+
+
+import sys as _sys  # noqa: E402
+
+_self = _sys.modules[__name__]

@@ -1,0 +1,130 @@
+"""The floors of ARCHITECTURE.md over the real import graph of psgd/, every
+import statement (relative ones and those inside functions included): each
+module imports only from floors below its own, or from its own package."""
+import ast
+import pathlib
+
+import pytest
+
+import psgd
+
+ROOT = pathlib.Path(psgd.__file__).parent
+
+# Module-name prefix -> floor (the longest matching prefix wins).
+FLOORS = {"psgd.errors": 0, "psgd._threads": 0,
+          "psgd.backend": 1, "psgd.buffers": 1, "psgd.mpi": 1, "psgd.kernels": 1,
+          "psgd.cuda_aware": 1,
+          "psgd": 2, "psgd.algorithms": 2,      # the package's facade re-exports create()
+          "psgd.nnet": 3, "psgd.data": 3, "psgd.kaldi": 3, "psgd.torch": 3,
+          "psgd.train": 4,
+          "psgd.worker": 5,
+          # the Kaldi tools' command-line entry points load .npz models through
+          # psgd.train, as the worker CLI does: they are floor 5
+          "psgd.kaldi.__main__": 5, "psgd.kaldi.forward": 5}
+# Imports within a floor that the architecture names; nothing else crosses.
+SIDEWAYS = {("psgd.kaldi", "psgd.nnet"), ("psgd.kaldi", "psgd.data"),
+            ("psgd.buffers", "psgd.backend"), ("psgd.kernels", "psgd.backend"),
+            ("psgd.mpi", "psgd.backend"), ("psgd.mpi", "psgd.cuda_aware"),
+            ("psgd", "psgd.algorithms")}
+# Allowed although they point down: the data layer needs no MPI, no buffers;
+# nnet and algorithms do not know each other.
+FORBIDDEN = {"psgd.data": ("psgd.mpi", "psgd.buffers", "psgd.kernels", "psgd.algorithms",
+                           "psgd"),
+             "psgd.nnet": ("psgd.algorithms",),
+             "psgd.algorithms": ("psgd.nnet",)}
+
+
+def module_name(path):
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules():
+    return {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+def imports(name, path, known):
+    """The psgd modules `name` imports, relative imports resolved."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1])
+                target = base + ("." + node.module if node.module else "")
+            else:
+                target = node.module
+            submodules = [target + "." + a.name for a in node.names
+                          if target + "." + a.name in known]
+            # `from .. import mpi` imports the module psgd.mpi, not the facade
+            found.update(submodules if len(submodules) == len(node.names) else [target])
+    return {m for m in found if m == "psgd" or m.startswith("psgd.")}
+
+
+def prefix(name, table):
+    best = max((p for p in table if name == p or name.startswith(p + ".")), key=len)
+    return best
+
+
+def floor(name):
+    return FLOORS[prefix(name, FLOORS)]
+
+
+def problems(graph):
+    out = []
+    for name, targets in graph.items():
+        mine = prefix(name, FLOORS)
+        for target in sorted(targets):
+            theirs = prefix(target, FLOORS)
+            if theirs == mine:
+                continue                 # inside one package
+            if any(target == f or (f != "psgd" and target.startswith(f + "."))
+                   for f in FORBIDDEN.get(mine, ())):
+                out.append("%s imports %s (forbidden for %s)" % (name, target, mine))
+            elif floor(target) > floor(name) or (
+                    floor(target) == floor(name) and (mine, theirs) not in SIDEWAYS):
+                out.append("%s (floor %d) imports %s (floor %d)" % (
+                    name, floor(name), target, floor(target)))
+    return out
+
+
+def real_graph():
+    known = modules()
+    return {name: imports(name, path, known) for name, path in known.items()}
+
+
+def test_every_import_points_down():
+    assert problems(real_graph()) == []
+
+
+def test_the_graph_sees_relative_imports():
+    graph = real_graph()
+    assert "psgd.mpi" in graph["psgd.algorithms.base"]              # from .. import mpi
+    assert "psgd.nnet.parallel.collectives" in graph["psgd.nnet.parallel.network"]
+
+
+@pytest.mark.parametrize("importer, imported", [
+    ("psgd.nnet.network", "psgd.algorithms.base"),       # nnet and algorithms are strangers
+    ("psgd.algorithms.bmuf", "psgd.train.trainer"),      # a floor above
+    ("psgd.mpi", "psgd.algorithms"),
+    ("psgd.data.minibatch", "psgd.mpi"),
+    ("psgd.nnet.network", "psgd.data.minibatch"),        # sideways, not named
+])
+def test_a_wrong_import_is_caught(importer, imported):
+    graph = real_graph()
+    graph[importer] = graph[importer] | {imported}
+    assert problems(graph), "%s -> %s passed" % (importer, imported)
+
+
+def test_data_needs_no_mpi():
+    for name, path in modules().items():
+        if name.startswith("psgd.data"):
+            tree = ast.parse(path.read_text())
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    names = [a.name for a in node.names] if isinstance(node, ast.Import) \
+                        else [node.module or ""]
+                    assert not any(n.startswith("mpi4py") for n in names), name

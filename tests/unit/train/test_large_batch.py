@@ -1,0 +1,46 @@
+"""The large-batch rule and its warm-up (psgd/train/large_batch.py)."""
+import math
+
+import pytest
+
+from psgd.train import large_batch
+from psgd.train.options import lr_scale, make_config
+
+
+def test_square_root_rule_for_adaptive_optimizers_linear_for_sgd():
+    assert large_batch.scale_factor("adam", 8) == pytest.approx(math.sqrt(8))
+    assert large_batch.scale_factor("momentum", 8) == 8.0
+    assert large_batch.scale_factor("adam", 1) == 1.0
+
+
+def test_warmup_ramps_from_above_the_one_worker_rate_to_the_scaled_rate():
+    k, W = 4.0, 3
+    rates = [k * large_batch.warmup_factor(e, k, W) for e in range(6)]
+    assert rates == pytest.approx([1 + 3 * 0.25, 1 + 3 * 0.5, 1 + 3 * 0.75, 4, 4, 4])
+    assert large_batch.warmup_factor(0, k, 0) == 1.0
+
+
+@pytest.mark.parametrize("algo,scaled", [("bsp", True), ("sod", True), ("easgd", True),
+                                         ("syncgrad", False), ("asgd", False)])
+def test_which_algorithms_scale_and_the_flag_that_turns_it_off(algo, scaled):
+    assert lr_scale(make_config(algo=algo), 4) == (2.0 if scaled else 1.0)
+    assert lr_scale(make_config(algo=algo, lr_scaling=False), 4) == 1.0
+    assert lr_scale(make_config(algo=algo), 1) == 1.0
+
+
+def test_trainer_defaults_by_number_of_workers():
+    from psgd.train.options import algorithm_options, default_lr, warmup_epochs
+    assert algorithm_options(make_config(algo="easgd"), 8) == {"alpha": 0.3}
+    assert algorithm_options(make_config(algo="easgd", alpha=0.5), 8) == {"alpha": 0.5}
+    keep = {"reset_local_state": False}
+    assert algorithm_options(make_config(algo="bmuf"), 4) == {"block_momentum": 0.75, **keep}
+    assert algorithm_options(make_config(algo="bmuf"), 8) == {"block_momentum": 0.5, **keep}
+    assert lr_scale(make_config(algo="bmuf"), 8) == 2.0
+    assert lr_scale(make_config(algo="bmuf"), 4) == 1.0
+    assert warmup_epochs(make_config(algo="bmuf")) == 0
+    asgd = make_config(algo="asgd")
+    assert algorithm_options(asgd, 4) == {"staleness_compensation": "none"}
+    assert default_lr(asgd, 4) == pytest.approx(0.0005)
+    assert algorithm_options(asgd, 8) == {"staleness_compensation": "dc"}
+    assert default_lr(asgd, 8) == pytest.approx(0.002)
+    assert algorithm_options(make_config(algo="masgd"), 4) == {"staleness_compensation": "dc"}
