@@ -138,9 +138,10 @@ class Server(Algorithm):
                 # a worker's FINISHED needs no answer; a sync waits for one
                 self.comm.Recv([control, MPI.INT64_T], source=MPI.ANY_SOURCE, tag=mpi.TAG_MSG)
                 if control[0] != mpi.MSG_FINISHED:
-                    return "abort", "rank %d, a %s server, exits without ever calling " \
-                                    "run() while its workers wait for it" % (
-                                        self.node.rank, self.name)
+                    which = ("the %s server" if self.servers == 1 else
+                             "one of the %s servers") % self.name
+                    return "abort", "rank %d, %s, exits without ever calling run() while " \
+                                    "its workers wait for it" % (self.node.rank, which)
             else:
                 time.sleep(0.05)
         return None, None

@@ -78,6 +78,21 @@ except ProtocolError as exc:
     assert any("easgd server rank 0: server rank 1 stopped" in line for line in lines), lines
 
 
+@pytest.mark.timeout(120)
+def test_a_second_server_that_never_runs_ends_the_job():
+    _, lines = job("""
+obj = psgd.create("asgd", [np.zeros(100)], servers=2)
+if obj.node.rank == 0:
+    obj.run()
+elif obj.role == "worker":
+    obj.synchronize(1)
+    obj.stop(0)
+""")
+    assert any(line.startswith("psgd: rank 1: rank 1, one of the asgd servers, exits without "
+                               "ever calling run() while its workers wait for it: ending the job")
+               for line in lines), lines
+
+
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("driver") / "fault_driver.py")
