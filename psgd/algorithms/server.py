@@ -32,7 +32,9 @@ gives up tells its workers as above; they answer it and finish with the
 others, so every server's run() ends; then the servers agree (one Allgather
 of [failed, code, sender, value] among them) and all raise, or servers
 1..S-1 send their shard to rank 0 (TAG_SHARD), whose params then hold the
-whole center.
+whole center. asgd/masgd's barrier_period needs S = 1: each shard's barrier
+would close at a different sync (their service orders differ), and two
+shards can each hold a worker the other has already answered: a deadlock.
 
 Idle waits poll with a bounded backoff (sleeps from 50 us doubling up to
 `poll_max_sleep`) because MPICH and Open MPI spin in a blocking receive.
