@@ -20,7 +20,6 @@ the center took since the worker's x_start (staleness.py has the math).
 from .. import kernels, mpi
 from ..buffers import host_copy
 from . import staleness
-from ..errors import UsageError
 from .base import Option, positive, register
 from .server import SERVER_OPTIONS, Server
 from .server_worker import ServerWorker
@@ -60,6 +59,10 @@ class AsgdServer(Server):
         self.replied(rank)
         return self.syncs + 1
 
+    def one_order(self):
+        # the barrier rule reads the service order: every shard must share it
+        return self.barrier_period > 0
+
     def replied(self, rank):
         if self.delay_compensation is not None:
             self.delay_compensation.replied(rank, self.center.data)
@@ -97,18 +100,6 @@ class Asgd(ServerWorker):
     barrier_period: int
     staleness_compensation: str   # staleness.OPTIONS
     dc_lambda: float
-
-    @classmethod
-    def resolve_options(cls, options, size, servers=1):
-        resolved = super().resolve_options(options, size, servers)
-        if servers > 1 and resolved["barrier_period"] > 0:
-            # Each shard would close its barrier at a different sync: one shard
-            # holds worker j's reply while another, having answered j, waits for
-            # j's next sync, and the reverse for worker k: a deadlock.
-            raise UsageError("option barrier_period=%d needs one server: the shards' "
-                             "barriers would close at different syncs and deadlock "
-                             "(got servers=%d)" % (resolved["barrier_period"], servers))
-        return resolved
 
     def initialized(self):
         self.previous = self.buffer.like()      # w_prev: the x last pulled

@@ -32,9 +32,8 @@ gives up tells its workers as above; they answer it and finish with the
 others, so every server's run() ends; then the servers agree (one Allgather
 of [failed, code, sender, value] among them) and all raise, or servers
 1..S-1 send their shard to rank 0 (TAG_SHARD), whose params then hold the
-whole center. asgd/masgd's barrier_period needs S = 1: each shard's barrier
-would close at a different sync (their service orders differ), and two
-shards can each hold a worker the other has already answered: a deadlock.
+whole center. Where the rule depends on the service order (asgd/masgd's
+barrier_period), servers 1..S-1 serve in rank 0's order (service_order.py).
 
 Idle waits poll with a bounded backoff (sleeps from 50 us doubling up to
 `poll_max_sleep`) because MPICH and Open MPI spin in a blocking receive.
@@ -51,6 +50,7 @@ from ..buffers import host_copy, shard_bounds
 from ..errors import ProtocolError, UsageError
 from .base import Algorithm, Option
 from .server_stats import ServerStats, Service  # noqa: F401  (re-exported)
+from .service_order import LEADER_FAILED, ServiceOrder
 
 # TAG_MSG = 0 and TAG_MODEL = 1 are the contract's; the failure notice gets its own.
 TAG_NOTICE = 2
@@ -98,9 +98,11 @@ class Server(Algorithm):
         self.incoming_exchange = mpi.Exchange(self.comm, self.incoming)
 
     def initialized(self):
-        self.server_comm = None
+        self.server_comm = self.order = None
         if self.servers > 1:                        # collective with the workers' Split
             self.server_comm = self.comm.Split(0, self.node.rank)
+            if self.one_order():
+                self.order = ServiceOrder(self.comm, self.node.rank, self.servers)
         self.workers_ranks = list(range(self.servers, self.node.size))
         self.running = set(self.workers_ranks)
         self.log = []                               # Service entries, in service order
@@ -183,16 +185,21 @@ class Server(Algorithm):
     def _serve_all(self, stats):
         for rank in self.workers_ranks:
             self._post(rank)
+        follows = self.order is not None and not self.order.leads
         while self.running:
-            if self._queue:
-                self._poll(block=False)
+            if follows:
+                entry = self.order.next_entry(self, stats, FIRST_SLEEP)
             else:
-                start = time.perf_counter()
-                self._poll(block=True)
-                stats.idle_s += time.perf_counter() - start
+                if self._queue:
+                    self._poll(block=False)
+                else:
+                    start = time.perf_counter()
+                    self._poll(block=True)
+                    stats.idle_s += time.perf_counter() - start
+                entry = self._queue.popleft()
             start = time.perf_counter()
             try:
-                self._dispatch(*self._queue.popleft())
+                self._dispatch(*entry)
             except (ProtocolError, KeyboardInterrupt):
                 raise
             except Exception:
@@ -200,21 +207,33 @@ class Server(Algorithm):
                 raise
             stats.busy_s += time.perf_counter() - start
 
+    def one_order(self):
+        """Whether every shard must serve in one order (subclasses say)."""
+        return False
+
+    def give_up_after_leader(self):
+        """A follower told that rank 0 gave up: so does it (raises)."""
+        self._give_up(NOTICE_SERVER_ERROR, 0, 0, "server rank 0 stopped")
+
     def _end_shards(self, failed):
         """S > 1, every server after its loop: agree on whether any failed
         (then each raises), else bring every shard of x to rank 0's params."""
         if self.server_comm is None:
             return
-        mine = np.zeros(4, dtype=np.int64)
+        mine = np.zeros(5, dtype=np.int64)
         if failed:
-            mine[:] = (1, *(self._notice_sent if self._notice_sent is not None
-                            else (NOTICE_SERVER_ERROR, self.node.rank, 0)))
-        status = np.zeros((self.servers, 4), dtype=np.int64)
+            mine[:4] = (1, *(self._notice_sent if self._notice_sent is not None
+                             else (NOTICE_SERVER_ERROR, self.node.rank, 0)))
+        if self.order is not None:
+            mine[4] = self.order.sent               # the leader's count of orders
+        status = np.zeros((self.servers, 5), dtype=np.int64)
         self.server_comm.Allgather([mine, MPI.INT64_T], [status, MPI.INT64_T])
+        if self.order is not None and not self.order.leads:
+            self.order.drain(int(status[0, 4]))
         bad = [s for s in range(self.servers) if status[s, 0]]
         if bad:
             if not failed:
-                _, code, sender, value = (int(v) for v in status[bad[0]])
+                _, code, sender, value = (int(v) for v in status[bad[0], :4])
                 self.failure = "%s server rank %d: server rank %d stopped: %s" % (
                     self.name, self.node.rank, bad[0], notice_text(code, sender, value))
                 raise ProtocolError(self.failure)
@@ -233,6 +252,8 @@ class Server(Algorithm):
 
     def _dispatch(self, rank, message, n_k, arrived):
         self._last = rank
+        if self.order is not None and self.order.leads:
+            self.order.tell(rank)
         if message == mpi.MSG_FINISHED:
             self._notify(rank, NOTICE_DONE)
             self.running.discard(rank)
@@ -324,6 +345,8 @@ class Server(Algorithm):
         """Tell every running worker, drain what they still send, wait for each
         one's FINISHED, then raise (the original error is re-raised by run)."""
         self._notice_sent = (code, sender, value)
+        if self.order is not None and self.order.leads:
+            self.order.tell(LEADER_FAILED)
         for rank in sorted(self.running):
             self._notify(rank, code, sender, value)
         waiting = set(self.running)       # the sender too: it is a psgd worker and will answer

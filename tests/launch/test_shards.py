@@ -1,5 +1,6 @@
 """--servers S (sharded parameter servers) as whole jobs under mpirun: the
-per-shard replay oracles at 7 ranks (S = 1, 2, 3 and 6), the failure paths
+per-shard replay oracles at 7 ranks (S = 1, 2, 3 and 6; barrier_period at
+S = 2, 3 and 6), the failure paths
 with S = 2 (a worker's exception, a server's, an unknown control message:
 one line, no hang), and the CLI with --servers 2."""
 import json
@@ -21,11 +22,12 @@ QUICK = ["--model", "mlp", "--hidden", "32", "--num-samples", "1000"]
 @pytest.mark.timeout(300)
 def test_shard_replays_at_seven_ranks():
     selected = ("test_easgd_shards_match_replay or "
-                "(test_asgd_and_masgd_shards_match_replay and masgd-worker)")
+                "(test_asgd_and_masgd_shards_match_replay and masgd-worker) or "
+                "(test_barrier_per_shard_in_one_service_order and True)")
     r = mpirun(7, ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--with-mpi",
                    "tests/mpi/algorithms/test_shards.py", "-k", selected], timeout=280)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-    assert "8 passed" in r.stdout and "skipped" not in r.stdout, r.stdout[-2000:]
+    assert "14 passed" in r.stdout and "skipped" not in r.stdout, r.stdout[-2000:]
 
 
 # failure paths -----------------------------------------------------------------------
@@ -115,11 +117,13 @@ def test_a_raise_with_two_servers_ends_the_job_with_one_line(driver, rank):
 
 # the CLI ---------------------------------------------------------------------------
 @pytest.mark.timeout(300)
-def test_cli_with_two_servers(tmp_path):
+@pytest.mark.parametrize("algo,flags", [("asgd", []), ("masgd", ["--barrier-period", "2"])])
+def test_cli_with_two_servers(tmp_path, algo, flags):
     out = str(tmp_path / "m.npz")
-    r = psgd_train(4, "--algo", "asgd", "--servers", "2", "--epochs", "2", *QUICK, "--out", out)
+    r = psgd_train(4, "--algo", algo, "--servers", "2", "--epochs", "2", *flags, *QUICK,
+                   "--out", out)
     assert r.returncode == 0, r.stderr
-    assert "asgd on 4 ranks (2 workers, ranks 0-1 serve)" in r.stdout, r.stdout
+    assert "%s on 4 ranks (2 workers, ranks 0-1 serve)" % algo in r.stdout, r.stdout
     shards = [line for line in r.stdout.splitlines() if "syncs served" in line]
     assert len(shards) == 2, r.stdout
     for s, line in enumerate(shards):
@@ -135,8 +139,6 @@ def test_cli_with_two_servers(tmp_path):
 @pytest.mark.parametrize("flags,np_,needle", [
     (["--algo", "bsp", "--servers", "2"], 3, "--servers applies to --algo easgd, asgd and masgd"),
     (["--algo", "masgd", "--servers", "3"], 3, "--servers 3 leaves no worker"),
-    (["--algo", "asgd", "--servers", "2", "--barrier-period", "2"], 3,
-     "barrier_period=2 needs one server"),
 ])
 def test_bad_server_flags_are_one_clear_line(flags, np_, needle):
     r = psgd_train(np_, *flags, *QUICK, "--epochs", "1")

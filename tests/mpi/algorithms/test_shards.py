@@ -168,10 +168,73 @@ def test_bad_server_counts_raise_on_every_rank(comm, name, servers, match):
     assert comm.allreduce(1) == comm.size
 
 
-def test_barrier_period_needs_one_server(comm):
+def tight_worker(obj, k, syncs=40):
+    """Syncs back to back: the shards see the workers' messages in different
+    orders, and only the leader's order keeps their barriers together."""
+    from server_plans import local
+    flat, seen = obj.buffer.data, []
+    for t in range(syncs):
+        flat += obj.buffer.xp.asarray(local(k, t))
+        obj.synchronize(1 + t % 4)
+        seen.append(host_copy(flat))
+    obj.stop(0)
+    return seen, host_copy(flat)
+
+
+@pytest.mark.parametrize("S", [2, 3, "max"])
+@pytest.mark.parametrize("name,scope", [("asgd", None), ("masgd", "global")])
+@pytest.mark.parametrize("period,tight", [(1, False), (3, False), (2, True)])
+def test_barrier_per_shard_in_one_service_order(comm, S, name, scope, period, tight):
+    """barrier_period with S servers: servers 1..S-1 serve in rank 0's order,
+    so every shard logs the same syncs in the same order, holds the replies
+    ALGORITHMS.md's rule holds, and each center replays."""
+    S = servers_or_skip(comm, S)
+    from device_util import load
+    from server_plans import local, x0
+    jittery = load("algorithms/test_servers.py").jittery_worker
+    worker = tight_worker if tight else jittery
+    options = {} if scope is None else {"scope": scope}
+    obj, result, logs = drive_sharded(comm, name, S, worker, barrier_period=period, **options)
+    N = comm.size - S
+    m, alpha = (None, 1.0) if name == "asgd" else (0.9, 0.1)
+    for s, ((lo, hi), (log, finished)) in enumerate(zip(shard_bounds(SIZE, S), logs)):
+        assert log[:, [0, 1, 2, 3]].tolist() == logs[0][0][:, [0, 1, 2, 3]].tolist(), s
+        assert finished.tolist() == logs[0][1].tolist()
+        assert log[:, 3].tolist() == reference.barrier_replies(log, finished, period,
+                                                               range(S, comm.size))
+        assert (log[:, 5] <= period + N - 2).all()
+        center, after = reference.asgd(x0()[lo:hi], log, lambda k, t: local(k, t)[lo:hi],
+                                       alpha, m, scope or "worker")
+        if comm.rank == s:
+            np.testing.assert_allclose(host_copy(obj.center.data), center, rtol=1e-12, atol=1e-12)
+        elif comm.rank >= S:
+            for t, w in enumerate(result[0]):
+                np.testing.assert_allclose(w[lo:hi], after[comm.rank][t], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("to", [0, "last"])
+def test_a_held_barrier_with_a_failing_shard_ends_without_a_hang(comm, to):
+    """barrier_period = 1 (every reply held) and an unknown message to the
+    leader or to a follower: every rank raises."""
     S = servers_or_skip(comm, 2)
-    with pytest.raises(psgd.UsageError, match="barrier_period=2 needs one server"):
-        psgd.create("asgd", [np.zeros(3)], comm=comm, servers=S, barrier_period=2)
+    target = 0 if to == 0 else S - 1
+    bad = comm.size - 1
+    match = "unknown control message 7 from rank %d|server rank 0 stopped" % bad
+    obj = psgd.create("asgd", [np.zeros(40)], comm=comm, servers=S, barrier_period=1)
+    if obj.role == "server":
+        with pytest.raises(ProtocolError, match=match):
+            obj.run()
+    elif comm.rank == bad:
+        obj.synchronize(1)
+        obj.comm.Send([np.array([7, 0], dtype=np.int64), MPI.INT64_T], dest=target,
+                      tag=mpi.TAG_MSG)
+        with pytest.raises(ProtocolError, match=match):
+            obj.stop(0)
+    else:
+        with pytest.raises(ProtocolError, match=match):
+            for _ in range(20000):
+                obj.synchronize(1)
+    assert comm.allreduce(1) == comm.size
 
 
 # failure notices ---------------------------------------------------------------------
