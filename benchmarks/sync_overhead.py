@@ -67,8 +67,13 @@ class Kaldi:
 class _NoExchange:
     """Stands in for an algorithm's MPI exchange to time its arithmetic alone."""
 
-    def allreduce(self):
-        pass
+    def __init__(self, size):
+        self.size = size
+
+    def allreduce(self, before=None, after=None):
+        for fn in (before, after):
+            if fn is not None:
+                fn(0, self.size)
 
 
 def _update_alone(obj, n_k, n, size):
@@ -77,7 +82,7 @@ def _update_alone(obj, n_k, n, size):
     names = [k for k in ("exchange", "grad_exchange") if hasattr(obj, k)]
     saved = [getattr(obj, k) for k in names]
     for k in names:
-        setattr(obj, k, _NoExchange())
+        setattr(obj, k, _NoExchange(getattr(obj, k).buffer.size))
     try:
         obj.update(n_k, n, size)
     finally:
