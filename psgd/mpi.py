@@ -256,9 +256,12 @@ class Exchange:
 # device work finished) before MPI gets it, and staged in before `after`
 # reads it. MPICH progresses a non-blocking collective only inside MPI calls,
 # so host work runs in PROGRESS_BLOCK pieces with a Test between them.
-# The defaults come from benchmarks/pipeline.py (BENCHMARKS.md).
-DEFAULT_PIPELINE_CHUNK = 1 << 18      # elements per Iallreduce
-DEFAULT_PIPELINE_THRESHOLD = 1 << 19  # smaller buffers: one call
+# The defaults come from benchmarks/pipeline_sweep.py (benchmarks/FINDINGS.md):
+# on the 2-core machine at np 2 the pipeline lost at 1e6 float32 in both
+# regimes and won at 1e7 (a 40 MB sum in chunks that stay in cache), with
+# 256k-1M elements per chunk doing about equally well.
+DEFAULT_PIPELINE_CHUNK = 1 << 19      # elements per Iallreduce (2 MB of float32)
+DEFAULT_PIPELINE_THRESHOLD = 1 << 22  # smaller buffers (16 MB of float32): one call
 PROGRESS_BLOCK = 1 << 16              # host elements between two Tests
 PIPELINE_DEPTH = 2                    # chunks in flight at once
 _pipeline = {"chunk": int(os.environ.get("PSGD_MPI_PIPELINE_CHUNK", DEFAULT_PIPELINE_CHUNK)),
