@@ -3,8 +3,11 @@
     .venv/bin/python benchmarks/run_all.py            # the full run (make bench)
     .venv/bin/python benchmarks/run_all.py --quick    # a smoke run, small sizes
     .venv/bin/python benchmarks/run_all.py --only sync_overhead,memory
+    .venv/bin/python benchmarks/run_all.py --regime shm  # MPI through shared memory only
 
-MPI parts are launched with the mpirun beside this interpreter. Results
+MPI parts are launched with the mpirun beside this interpreter; the
+sections that take a regime run once through shared memory and once with
+MPI forced through its network path (`--regime`, benchmarks/common.py). Results
 (JSON, PNG) go to benchmarks/results/; BENCHMARKS.md references them. The
 machine's other load is sampled before the run and between sections (the
 CPU share used while no benchmark runs) and reported, since timings on a

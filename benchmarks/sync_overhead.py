@@ -279,8 +279,8 @@ def _pipeline_table(auto, sizes):
             "the update after it; `pipelined` (the default from %s elements up) runs it "
             "in chunks of %s elements (Iallreduce, the update of a chunk under the sum of "
             "the next; psgd/mpi.py). Both against the same job's bare Allreduce, "
-            "interleaved:" % (common.fmt_size(auto[0].get("pipeline_threshold", 0)),
-                              chunk), "", common.table(headers, rows), ""]
+            "interleaved:" % ("{:,}".format(auto[0].get("pipeline_threshold", 0)),
+                              "{:,}".format(chunk or 0)), "", common.table(headers, rows), ""]
 
 
 def _numexpr_table(auto, numexpr_runs, sizes):
