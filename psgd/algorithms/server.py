@@ -40,7 +40,7 @@ from ..buffers import host_copy
 from ..errors import ProtocolError, UsageError
 from .base import Algorithm, Option
 from .server_stats import ServerStats, Service  # noqa: F401  (re-exported)
-from .waiting import FIRST_SLEEP, SERVER_SPIN_SHARE, Waiter
+from .waiting import FIRST_SLEEP, Waiter
 
 # TAG_MSG = 0 and TAG_MODEL = 1 are the contract's; the failure notice gets its own.
 TAG_NOTICE = 2
@@ -80,7 +80,7 @@ class Server(Algorithm):
         self._queue = collections.deque()           # (rank, message, n_k, arrived)
         self._last = 0
         self._new_round = False
-        self._waiter = Waiter(self.poll_max_sleep, SERVER_SPIN_SHARE)
+        self._waiter = Waiter(self.poll_max_sleep)
         super().initialized()
         self.started_from = {}                      # rank -> update count of the x it last got
 

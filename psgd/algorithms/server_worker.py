@@ -9,7 +9,7 @@ from .. import mpi
 from ..errors import ProtocolError, UsageError
 from .base import Algorithm, _check_count
 from .server import NOTICE_DONE, NOTICE_MALFORMED, NOTICE_UNKNOWN, TAG_NOTICE
-from .waiting import WORKER_SPIN_SHARE, Waiter
+from .waiting import Waiter
 
 
 class ServerWorker(Algorithm):
@@ -33,7 +33,7 @@ class ServerWorker(Algorithm):
         self.stopped = False
         self.in_round = False           # synced since the last stop()
         self.failure = None
-        self._waiter = Waiter(self.poll_max_sleep, WORKER_SPIN_SHARE)
+        self._waiter = Waiter(self.poll_max_sleep, anticipate=False)
         super().initialized()
 
     def synchronize(self, n_k):

@@ -33,8 +33,8 @@ class Machine:
         self.cpu += TEST_COST
         return "message" if self.now >= self.due else None
 
-    def waiter(self, max_sleep=1e-3, share=waiting.SERVER_SPIN_SHARE):
-        return Waiter(max_sleep, share, clock=self.clock, cpu_clock=self.cpu_clock,
+    def waiter(self, max_sleep=1e-3, anticipate=True):
+        return Waiter(max_sleep, anticipate, clock=self.clock, cpu_clock=self.cpu_clock,
                       sleep=self.sleep)
 
     def wait(self, waiter, after, stats=None):
@@ -83,12 +83,31 @@ def test_a_message_later_than_usual_costs_at_most_a_backoff_sleep():
 
 def test_the_spin_is_bounded_by_its_share_of_the_wait_when_arrivals_scatter():
     m = Machine()
-    w = m.waiter(share=0.03)
+    w = m.waiter()
     for after in [2e-3, 9e-3] * 8:
         m.wait(w, after=after)
     start, end = w.window()
-    assert end - start <= LEAD + SPIN_MIN + 0.03 * 9e-3 + 1e-9
-    assert w.window() == Waiter.window(w)     # deterministic
+    assert end - start <= LEAD + SPIN_MIN + waiting.SPIN_SHARE * 9e-3 + 1e-9
+
+
+# a worker's wait for the server's answer: spin from the start ---------------------
+def test_a_workers_first_wait_spins_through():
+    m = Machine()
+    lag, cpu, naps = m.wait(m.waiter(anticipate=False), after=0.05)
+    assert naps == 0 and lag <= 2 * TEST_COST
+
+
+def test_a_worker_spins_through_its_usual_answer_and_sleeps_through_a_slow_one():
+    m = Machine()
+    w = m.waiter(anticipate=False)
+    for _ in range(8):
+        m.wait(w, after=2e-3)
+    lag, cpu, naps = m.wait(w, after=2e-3)
+    assert naps == 0 and lag <= 2 * TEST_COST     # never asleep while bytes may move
+    assert w.window() == pytest.approx((0.0, 2 * 2e-3 + SPIN_MIN), abs=1e-5)
+    lag, cpu, naps = m.wait(w, after=1.0)         # the server is busy elsewhere
+    assert cpu < 0.05 * 1.0 and lag <= 1e-3 + OVERSHOOT
+    assert max(m.naps) == pytest.approx(1e-3)
 
 
 def test_max_sleep_zero_never_sleeps():
