@@ -26,6 +26,7 @@ poll_max_sleep, and a server that is always slow teaches a longer spin.
 """
 import collections
 import math
+import os
 import time
 
 FIRST_SLEEP = 50e-6     # the backoff's first sleep
@@ -47,9 +48,10 @@ class Waiter:
     that tests can drive the policy with a fake clock."""
 
     def __init__(self, max_sleep, anticipate=True, clock=time.perf_counter,
-                 cpu_clock=time.process_time, sleep=time.sleep):
+                 cpu_clock=time.process_time, sleep=time.sleep, yield_core=os.sched_yield):
         self.max_sleep, self.anticipate = max_sleep, anticipate
         self.clock, self.cpu_clock, self.sleep = clock, cpu_clock, sleep
+        self.yield_core = yield_core
         self.recent = collections.deque(maxlen=HISTORY)   # how long each wait lasted
 
     def window(self):
@@ -84,7 +86,8 @@ class Waiter:
                 break
             last_miss = now
             if self.max_sleep <= 0 or spin_from <= now < spin_to:
-                continue                                    # spin
+                self.yield_core()                           # spin, letting a rank that
+                continue                                    # shares the core (its peer) run
             if now < spin_from:                             # wake up in time for the window
                 nap = min(self.max_sleep, spin_from - now)
             else:                                           # past it: back off

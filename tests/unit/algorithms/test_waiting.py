@@ -35,7 +35,7 @@ class Machine:
 
     def waiter(self, max_sleep=1e-3, anticipate=True):
         return Waiter(max_sleep, anticipate, clock=self.clock, cpu_clock=self.cpu_clock,
-                      sleep=self.sleep)
+                      sleep=self.sleep, yield_core=lambda: None)
 
     def wait(self, waiter, after, stats=None):
         """One wait for a message `after` seconds away: (lag, cpu, naps)."""
