@@ -133,11 +133,12 @@ class _Bound:
         return None
 
 
-class TorchSync:
+class TorchSync(mpi.Closeable):
     """The algorithm object of this rank, for a torch model. Everything the
     NumPy API offers (role, run, begin_round, params, state_dict, close, ...)
     is here too; synchronize and stop also check the binding and take the
-    user's optimizer."""
+    user's optimizer; load_state_dict replaces the model through the
+    algorithm; `with sync:` closes it."""
 
     def __init__(self, algorithm, model, plan, params, grads, stats):
         self.algorithm = algorithm
@@ -174,6 +175,36 @@ class TorchSync:
             result = self.algorithm.stop(n_k)
         self._after(optimizer)
         return result
+
+    def load_state_dict(self, state_dict, strict=True):
+        """Collective: rank 0's `state_dict` (a torch state_dict of this
+        model; other ranks may pass None) becomes the model on every rank,
+        and the algorithm restarts from it (reset_to: its reference points,
+        momentum and center). A plain model.load_state_dict() would write the
+        parameters behind the algorithm's back. Server algorithms call it
+        between rounds, as reset_to."""
+        self._check_binding()
+        error = None
+        if self.algorithm.node.is_main:
+            try:
+                if state_dict is None:
+                    raise UsageError("load_state_dict: rank 0 must pass the state_dict")
+                self.model.load_state_dict(state_dict, strict=strict)  # copies into the views
+            except (RuntimeError, KeyError, TypeError, ValueError) as exc:
+                error = exc if isinstance(exc, UsageError) else UsageError(
+                    "load_state_dict: %s" % str(exc).strip().splitlines()[0])
+        mpi.agree(self.algorithm.comm, error)
+        self._check_binding()
+        if self._device.type == "cuda":
+            torch.cuda.current_stream(self._device).synchronize()
+        self.algorithm.reset_to(self.algorithm.buffer.data if self.algorithm.node.is_main
+                                else None)
+        if self.algorithm.stat_exchange is not None:    # BatchNorm statistics: rank 0's too
+            self.algorithm.stat_exchange.bcast(mpi.MAIN_RANK)
+        self._after(None)
+
+    def close(self):
+        self.algorithm.close()
 
     def run(self):
         """Server algorithms, rank 0: serve until every worker has finished."""

@@ -19,8 +19,9 @@ import numpy as np
 
 from psgd.errors import UsageError
 
+from ..atomic import atomic_write_bytes
 from .components import Layer
-from .nnet1 import encode_nnet, parse_nnet, read_bytes, write_bytes_atomic
+from .nnet1 import encode_nnet, parse_nnet, read_bytes
 
 APPLIED = ("<Splice>", "<AddShift>", "<Rescale>", "<AffineTransform>")
 
@@ -76,7 +77,7 @@ class FeatureTransform:
         return encode_nnet(self.layers, binary)
 
     def write(self, path, binary=False):
-        write_bytes_atomic(path, self.encode(binary))
+        atomic_write_bytes(path, self.encode(binary))
 
     # --- applying ----------------------------------------------------------------------
     def apply(self, x, offsets=None):

@@ -15,8 +15,8 @@ worker CLI, above the floor-3 package it belongs to).
 """
 import os
 import sys
-import tempfile
 
+from psgd.atomic import atomic_write, temporary_beside
 from psgd.errors import UsageError
 
 from .cli import OneLineParser, run
@@ -82,19 +82,17 @@ def forward(args):
 
 def _save(results, ark, scp):
     import kaldiio
-    folder = os.path.dirname(os.path.abspath(ark))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
-    os.close(fd)
+    tmp = temporary_beside(ark)
     tmp_scp = tmp + ".scp" if scp else None
     try:
         kaldiio.save_ark(tmp, results, scp=tmp_scp)
-        os.replace(tmp, ark)
         if scp:
             # the scp must name the final archive, not the temporary one
             with open(tmp_scp) as f:
                 lines = [line.replace(tmp, ark, 1) for line in f]
-            with open(scp, "w") as f:
-                f.writelines(lines)
+        os.replace(tmp, ark)
+        if scp:
+            atomic_write(scp, lambda f: f.writelines(lines), binary=False)
     finally:
         for path in (tmp, tmp_scp):
             if path and os.path.exists(path):

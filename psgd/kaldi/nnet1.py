@@ -11,8 +11,8 @@ component is optional, consecutive dimensions must agree. Writing is atomic
 (a temporary file renamed over the name), so no half-written model is left.
 """
 import os
-import tempfile
 
+from ..atomic import atomic_write_bytes
 from .components import (END_OF_COMPONENT, TABLE, canonical_marker, is_known_unsupported,
                          read_layer, write_layer)
 from .encoding import KaldiFormatError, Reader, Writer
@@ -82,25 +82,8 @@ def encode_nnet(layers, binary=True):
     return writer.getvalue()
 
 
-def write_bytes_atomic(path, data):
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def write_nnet(path, layers, binary=True):
-    write_bytes_atomic(path, encode_nnet(layers, binary))
+    atomic_write_bytes(path, encode_nnet(layers, binary))
 
 
 def info(layers):

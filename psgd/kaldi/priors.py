@@ -8,8 +8,9 @@ cutoff (default 1e-10) are raised to it and their prior made huge
 """
 import numpy as np
 
+from ..atomic import atomic_write_bytes
 from .encoding import Reader
-from .nnet1 import read_bytes, write_bytes_atomic
+from .nnet1 import read_bytes
 
 FLT_MAX = float(np.finfo(np.float32).max)
 
@@ -19,7 +20,7 @@ def encode_counts(counts):
 
 
 def write_counts(path, counts):
-    write_bytes_atomic(path, encode_counts(counts))
+    atomic_write_bytes(path, encode_counts(counts))
 
 
 def read_counts(path):

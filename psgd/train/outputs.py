@@ -1,65 +1,18 @@
 """Output files (--out, --plot, --metrics, --checkpoint-dir): checked at
-start-up, before any epoch is trained, and written atomically.
-
-Every write goes to a temporary file beside its target, named after the
-writer (`.tmp-PID@HOST-XXXX`), is fsynced and renamed over the target, with
-the mode the umask gives any new file (mkstemp alone makes it 0600). A
-writer killed mid-write leaves its temporary file behind: the next start
+start-up, before any epoch is trained, and written atomically (psgd.atomic).
+A writer killed mid-write leaves its temporary file behind: the next start
 removes the ones of writers that are dead (same host, no such process)."""
 import os
 import socket
 import tempfile
 import time
 
+from ..atomic import TMP, atomic_write, fsync_dir, writer_name  # noqa: F401 (re-exported)
 from ..errors import UsageError
 
 PLOT_FORMATS = ("png", "pdf", "svg", "svgz", "eps", "ps", "jpg", "jpeg", "tif", "tiff",
                 "webp", "pgf")
-TMP = ".tmp-"
 _ORPHAN_AGE_S = 3600    # a temporary file without a writer's name: this old is debris
-
-
-def _writer():
-    return "%d@%s" % (os.getpid(), socket.gethostname())
-
-
-def _umask():
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def atomic_write(path, write, binary=True, suffix=""):
-    """write(f) into a temporary file beside `path`, then rename it over
-    `path`: readers see the old file or the new one, never a torn one."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="%s%s-" % (TMP, _writer()), suffix=suffix, dir=folder)
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "wb" if binary else "w") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    fsync_dir(folder)
-
-
-def fsync_dir(folder):
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def remove_debris(folder, any_writer=False):
@@ -129,7 +82,7 @@ def _check_folder(folder, flag, path):
     if not os.path.isdir(existing):
         return "--%s %s: %s is not a directory" % (flag, path, existing)
     try:   # the one honest test (root ignores permission bits, mounts may be read-only)
-        fd, probe = tempfile.mkstemp(prefix="%s%s-" % (TMP, _writer()), dir=existing)
+        fd, probe = tempfile.mkstemp(prefix="%s%s-" % (TMP, writer_name()), dir=existing)
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:

@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import psgd  # noqa: E402
 import psgd.torch  # noqa: E402
-from torch_models import cnn, flat  # noqa: E402
+from torch_models import cnn, flat, targets  # noqa: E402
 
 pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.timeout(60)]
 
@@ -94,6 +94,46 @@ def test_bmuf_resets_the_torch_optimizer_state(comm, name, reset):
     sync.synchronize(1, optimizer=opt)
     assert (len(opt.state) == 0) == reset
     sync.stop(0, optimizer=opt)
+
+
+def local_step(model, rank, t):
+    with torch.no_grad():
+        for p, goal in zip(model.parameters(), targets(model, rank, t)):
+            p.add_(0.5 * (torch.as_tensor(goal) - p))
+
+
+@pytest.mark.parametrize("name", ["bmuf", "sod"])
+def test_load_state_dict_restarts_the_algorithm_from_rank0s_state(comm, name):
+    model = cnn(seed=comm.rank)
+    sync = psgd.torch.create(name, model, comm=comm, buffers=True)
+    for t in range(3):                  # momentum and w_g away from their start
+        local_step(model, comm.rank, t)
+        sync.synchronize(1)
+    saved = cnn(seed=99).state_dict() if comm.rank == 0 else None
+    sync.load_state_dict(saved)
+    fresh_model = cnn(seed=99)          # what a fresh create from that model does
+    fresh = psgd.torch.create(name, fresh_model, comm=comm, buffers=True)
+    np.testing.assert_array_equal(flat(model.parameters()), flat(fresh_model.parameters()))
+    np.testing.assert_array_equal(sync.stat_buffer.data, fresh.stat_buffer.data)
+    for t in range(3, 5):
+        for m, s in ((model, sync), (fresh_model, fresh)):
+            local_step(m, comm.rank, t)
+            s.synchronize(1)
+    np.testing.assert_array_equal(flat(model.parameters()), flat(fresh_model.parameters()))
+    with sync, fresh:
+        pass
+    assert sync.algorithm.comm is None and fresh.algorithm.comm is None
+
+
+def test_a_bad_state_dict_on_rank0_is_an_error_on_every_rank(comm):
+    model = cnn(seed=comm.rank)
+    sync = psgd.torch.create("bsp", model, comm=comm)
+    before = flat(model.parameters())
+    bad = {"0.weight": torch.zeros(1)} if comm.rank == 0 else None
+    with pytest.raises(psgd.errors.UsageError, match="rank 0: load_state_dict: "):
+        sync.load_state_dict(bad)
+    np.testing.assert_array_equal(flat(model.parameters()), before)
+    sync.close()
 
 
 def test_server_rank0_model_is_the_center(comm):

@@ -1,5 +1,5 @@
-"""psgd.kaldi is floor 3: errors, backend, nnet and data below it; psgd.nnet
-does not know it. The two command-line entry points load .npz models through
+"""psgd.kaldi is floor 3: errors, backend, atomic files, nnet and data below
+it; psgd.nnet does not know it. The two command-line entry points load .npz models through
 psgd.train, as the worker CLI does, and are the only exception."""
 import ast
 import pathlib
@@ -7,7 +7,7 @@ import pathlib
 import psgd.kaldi
 import psgd.nnet
 
-ALLOWED = ("psgd.errors", "psgd.backend", "psgd.nnet", "psgd.data", "psgd.kaldi")
+ALLOWED = ("psgd.errors", "psgd.backend", "psgd.atomic", "psgd.nnet", "psgd.data", "psgd.kaldi")
 ENTRY_POINTS = {"__main__.py": ("psgd.train",), "forward.py": ("psgd.train",)}
 
 
