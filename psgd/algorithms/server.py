@@ -52,6 +52,9 @@ def _sleep_range(v):
     return None if 0.0 <= v <= 1.0 else "must be between 0 and 1 second"
 
 
+# poll_max_sleep: the longest sleep of the server's idle wait and of a worker's wait for
+# its answer (waiting.py), so the most a message coming off schedule waits to be
+# noticed; 0 never sleeps (a core per rank).
 SERVER_OPTIONS = {"poll_max_sleep": Option(1e-3, _sleep_range)}
 
 
