@@ -1,7 +1,7 @@
 """The server algorithms' waits under mpirun (psgd/algorithms/waiting.py):
 an idle server and a worker waiting on a slow server sleep instead of
 spinning, and a failure notice still ends a worker's wait. The CPU bound is
-generous: these waits cost 1-2% of a core, a spinning rank 30-100% even on a
+generous: these waits cost 1-3% of a core, a spinning rank 30-100% even on a
 loaded 2-core machine (measured with the old Waitany and a server that never
 sleeps)."""
 import time
@@ -16,7 +16,7 @@ from psgd.errors import ProtocolError
 
 pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.timeout(60)]
 
-CPU_BOUND = 0.1     # CPU time / wall time of a wait that does not spin (measured: 1-2%)
+CPU_BOUND = 0.15    # CPU time / wall time of a wait that does not spin (measured: 1-3%)
 
 
 def _finish(comm, obj):
