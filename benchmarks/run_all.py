@@ -28,8 +28,8 @@ import common  # noqa: E402
 if common.ROOT not in sys.path:
     sys.path.insert(1, common.ROOT)   # psgd from the checkout when not installed
 
-SECTIONS = ("sync_overhead", "server_roundtrip", "accel", "scaling", "convergence", "memory",
-            "gpu_staging", "torch_ddp")
+SECTIONS = ("sync_overhead", "server_roundtrip", "server_throughput", "accel", "scaling",
+            "convergence", "memory", "gpu_staging", "torch_ddp")
 
 
 def cpu_busy(seconds=1.0):

@@ -24,9 +24,10 @@ its message is queued every other worker is served at most once before it: a
 worker in a tight loop cannot starve the others (MPI's ANY_SOURCE matching
 makes no such promise). Each log entry records when its message was seen.
 
-Idle waits poll with a bounded backoff (sleeps from 50 us doubling up to
-`poll_max_sleep`) because MPICH and Open MPI spin in a blocking receive.
-While it serves a worker the server uses blocking calls: that time is busy.
+Idle waits poll, spinning only where a message is likely and sleeping with a
+backoff up to `poll_max_sleep` otherwise (waiting.py), because MPICH and Open
+MPI spin in a blocking receive. While it serves a worker the server uses
+blocking calls: that time is busy.
 """
 import collections
 import time
@@ -39,18 +40,21 @@ from ..buffers import host_copy
 from ..errors import ProtocolError, UsageError
 from .base import Algorithm, Option
 from .server_stats import ServerStats, Service  # noqa: F401  (re-exported)
+from .waiting import FIRST_SLEEP, Waiter
 
 # TAG_MSG = 0 and TAG_MODEL = 1 are the contract's; the failure notice gets its own.
 TAG_NOTICE = 2
 CONTROL_SLOTS = 4              # room to receive (and report) an over-long control message
 NOTICE_DONE, NOTICE_UNKNOWN, NOTICE_MALFORMED, NOTICE_SERVER_ERROR = 0, 1, 2, 3
-FIRST_SLEEP = 50e-6
 
 
 def _sleep_range(v):
     return None if 0.0 <= v <= 1.0 else "must be between 0 and 1 second"
 
 
+# poll_max_sleep: the longest sleep of the server's idle wait and of a worker's wait for
+# its answer (waiting.py), so the most a message coming off schedule waits to be
+# noticed; 0 never sleeps (a core per rank).
 SERVER_OPTIONS = {"poll_max_sleep": Option(1e-3, _sleep_range)}
 
 
@@ -79,6 +83,7 @@ class Server(Algorithm):
         self._queue = collections.deque()           # (rank, message, n_k, arrived)
         self._last = 0
         self._new_round = False
+        self._waiter = Waiter(self.poll_max_sleep)
         super().initialized()
         self.started_from = {}                      # rank -> update count of the x it last got
 
@@ -202,16 +207,15 @@ class Server(Algorithm):
             [self._control[rank], MPI.INT64_T], source=rank, tag=mpi.TAG_MSG)
 
     def _poll(self, block, failing=False):
-        """Queue the control messages that arrived; with `block`, wait (sleeping
-        with backoff) until at least one has. Returns the bad ones (failing mode)."""
-        delay = FIRST_SLEEP
-        while True:
+        """Queue the control messages that arrived; with `block`, wait (the
+        Waiter's policy) until at least one has. Returns the bad ones (failing mode)."""
+        def arrivals():     # None while nothing has arrived
             done = MPI.Request.Testsome(self._requests, self._statuses)
-            if done is None or done or not block:
-                break
-            time.sleep(delay)
-            self.stats.sleeps += 1
-            delay = min(2 * delay, self.poll_max_sleep)
+            return None if done == [] else (done,)
+        if block:
+            (done,) = self._waiter.wait(arrivals, self.stats)
+        else:
+            done = MPI.Request.Testsome(self._requests, self._statuses)
         bad = []
         size = self.node.size
         # Seen in the same poll: round-robin, starting after the last one served.

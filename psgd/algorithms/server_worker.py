@@ -9,6 +9,7 @@ from .. import mpi
 from ..errors import ProtocolError, UsageError
 from .base import Algorithm, _check_count
 from .server import NOTICE_DONE, NOTICE_MALFORMED, NOTICE_UNKNOWN, TAG_NOTICE
+from .waiting import Waiter
 
 
 class ServerWorker(Algorithm):
@@ -18,7 +19,7 @@ class ServerWorker(Algorithm):
 
     server_based = True
     server = None   # the Server subclass rank 0 runs
-    poll_max_sleep: float       # SERVER_OPTIONS (the server's; workers only carry it)
+    poll_max_sleep: float       # SERVER_OPTIONS: the longest sleep of await_server too
 
     @classmethod
     def for_rank(cls, rank):
@@ -32,6 +33,7 @@ class ServerWorker(Algorithm):
         self.stopped = False
         self.in_round = False           # synced since the last stop()
         self.failure = None
+        self._waiter = Waiter(self.poll_max_sleep, anticipate=False)
         super().initialized()
 
     def synchronize(self, n_k):
@@ -90,17 +92,21 @@ class ServerWorker(Algorithm):
     def await_server(self, receives, sends=()):
         """Wait for this exchange's requests (mpi.Request of Exchange.irecv/
         isend) unless the server's notice comes first: then withdraw the
-        receives, acknowledge and raise. Returns once the receives are staged in."""
+        receives, acknowledge and raise. Returns once the receives are staged in.
+        Waits by the Waiter's policy: MPI's Waitany would spin for as long as
+        the server takes."""
         pending = [r for request in list(receives) + list(sends) for r in request.requests]
-        while pending:
-            i = MPI.Request.Waitany(pending + [self._notice_request])
-            if i == len(pending):
-                for request in receives:
-                    request.cancel()
-                for request in sends:          # they complete: the server drains them
-                    request.wait()
-                self._fail()
-            del pending[i]
+
+        def outcome():      # None while neither the exchange nor a notice is done
+            if MPI.Request.Testall(pending):
+                return "done"
+            return "notice" if self._notice_request.Test() else None
+        if pending and self._waiter.wait(outcome) == "notice":
+            for request in receives:
+                request.cancel()
+            for request in sends:              # they complete: the server drains them
+                request.wait()
+            self._fail()
         for request in receives:
             request.wait()                     # the stage-in
 
