@@ -181,20 +181,66 @@ def _row(comm, size, algo, mode, gap, bare_t, psgd_t, server, bare_server, alone
 
 
 # driver ---------------------------------------------------------------------------
-def run(quick=False):
+def run(quick=False, regime="both"):
     sizes = [10 ** 5, 10 ** 6, 10 ** 7] if quick else [10 ** 5, 10 ** 6, 10 ** 7, 10 ** 8]
-    out = common.result_path("server_roundtrip_np2.json")
     common.results_dir()
-    data = common.run_child("server_roundtrip.py", 2, out,
-                            ["--sizes", ",".join(map(str, sizes))] +
-                            (["--quick", "--blocks", "2"] if quick else []), timeout=1800)
-    common.save_json("server_roundtrip.json", data)
-    return report(data, sizes)
+    sections = []
+    for reg in common.regimes(regime):
+        out = common.result_path("server_roundtrip_np2_%s.json" % reg)
+        data = common.run_in_regime("server_roundtrip.py", 2, out, reg,
+                                    ["--sizes", ",".join(map(str, sizes))] +
+                                    (["--quick", "--blocks", "2"] if quick else []), timeout=1800)
+        common.save_json(_saved(reg), data)
+        sections.append((reg, _own_plot(reg, lambda: report(data, sizes))))
+    return _by_regime(sections)
+
+
+def _saved(regime):
+    # shm keeps the name it had before the regimes, so old results still render
+    return "server_roundtrip.json" if regime == "shm" else "server_roundtrip_%s.json" % regime
 
 
 def rerender():
-    data = common.load_json("server_roundtrip.json")
-    return report(data, sorted({r["size"] for r in data["rows"]}))
+    sections = []
+    for reg in common.REGIMES:
+        if os.path.exists(common.result_path(_saved(reg))):
+            data = common.load_json(_saved(reg))
+            sizes = sorted({r["size"] for r in data["rows"]})
+            sections.append((reg, _own_plot(reg, lambda: report(data, sizes))))
+    return _by_regime(sections)
+
+
+def _own_plot(regime, draw):
+    """draw() (report(), which draws server_roundtrip.png), with a regime
+    other than shm drawn under a name of its own and shm's plot kept."""
+    png = common.result_path("server_roundtrip.png")
+    if regime == "shm":
+        return draw()
+    kept = png + ".kept"
+    if os.path.exists(png):
+        os.replace(png, kept)
+    section = draw()
+    if os.path.exists(png):
+        name = "server_roundtrip_%s.png" % regime
+        os.replace(png, common.result_path(name))
+        section.markdown = section.markdown.replace("server_roundtrip.png", name)
+    if os.path.exists(kept):
+        os.replace(kept, png)
+    return section
+
+
+def _by_regime(sections):
+    """One regime: its section; several: each regime's table under its name
+    (common.REGIMES), headlines tagged with the regime."""
+    if len(sections) == 1 and sections[0][0] == "shm":
+        return sections[0][1]
+    first = sections[0][1]
+    md = [first.markdown.split("\n\n", 1)[0], "", common.REGIME_NOTE, ""]
+    for reg, section in sections:
+        md += ["**Regime `%s`**" % reg, "", section.markdown.split("\n\n", 1)[1], ""]
+    heads = ["%s (%s)" % (h, reg) for reg, section in sections for h in section.headlines]
+    return common.Section(first.title, "\n".join(md), heads,
+                          {reg: section.data for reg, section in sections})
 
 
 def report(data, sizes):

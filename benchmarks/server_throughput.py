@@ -30,16 +30,8 @@ SIZES = (10 ** 6, 10 ** 7)
 DURATION = 1.0              # seconds each worker syncs, per size
 ALLREDUCE_CHECK = 10 ** 7
 ALGO = "asgd"
-# MPICH's network path (helper `pipeline` adds the same to common.py as
-# common.regime_env; this is used until then).
-NETWORK_ENV = {"MPIR_CVAR_CH4_NETMOD": "ucx", "UCX_TLS": "tcp", "MPIR_CVAR_NOLOCAL": "1"}
-REGIMES = ("shm", "network")
-
-
-def regime_env(regime):
-    if hasattr(common, "regime_env"):
-        return common.regime_env(regime)
-    return dict(NETWORK_ENV) if regime == "network" else {}
+REGIMES = common.REGIMES
+regime_env = common.regime_env      # MPICH or Open MPI through its network path
 
 
 # child: one job -------------------------------------------------------------------
@@ -108,7 +100,7 @@ def _measure(comm, size, servers, duration):
 
 # driver ---------------------------------------------------------------------------
 def run(quick=False, regime="both"):
-    chosen = REGIMES if regime == "both" else (regime,)
+    chosen = common.regimes(regime)
     workers, shards = ((1, 2), (1, 2)) if quick else (WORKERS, SHARDS)
     sizes = (10 ** 5, 10 ** 6) if quick else SIZES
     duration = 0.3 if quick else DURATION
