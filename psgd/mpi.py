@@ -25,7 +25,35 @@ MAIN_RANK = 0
 
 # MPI counts are C ints; stay below 2**31 elements per call. Tests shrink it.
 DEFAULT_CHUNK = 2 ** 30
-_chunk = int(os.environ.get("PSGD_MPI_CHUNK", DEFAULT_CHUNK))
+_environment_problems = []
+
+
+def _env_count(name, default, minimum):
+    """An element count from the environment; a bad value keeps `default`
+    and is reported by check_environment() (a traceback at import would be
+    the only word otherwise)."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < minimum:
+        _environment_problems.append("%s=%r: must be a whole number >= %d" % (
+            name, text, minimum))
+        return default
+    return value
+
+
+def check_environment():
+    """Raise UsageError naming the first PSGD_MPI_* variable that is not a
+    valid count (psgd.create calls it on every rank)."""
+    if _environment_problems:
+        raise UsageError(_environment_problems[0])
+
+
+_chunk = _env_count("PSGD_MPI_CHUNK", DEFAULT_CHUNK, 1)
 
 
 def set_chunk_elements(n):
@@ -264,9 +292,9 @@ DEFAULT_PIPELINE_CHUNK = 1 << 19      # elements per Iallreduce (2 MB of float32
 DEFAULT_PIPELINE_THRESHOLD = 1 << 22  # smaller buffers (16 MB of float32): one call
 PROGRESS_BLOCK = 1 << 16              # host elements between two Tests
 PIPELINE_DEPTH = 2                    # chunks in flight at once
-_pipeline = {"chunk": int(os.environ.get("PSGD_MPI_PIPELINE_CHUNK", DEFAULT_PIPELINE_CHUNK)),
-             "threshold": int(os.environ.get("PSGD_MPI_PIPELINE_THRESHOLD",
-                                             DEFAULT_PIPELINE_THRESHOLD))}
+_pipeline = {"chunk": _env_count("PSGD_MPI_PIPELINE_CHUNK", DEFAULT_PIPELINE_CHUNK, 1),
+             "threshold": _env_count("PSGD_MPI_PIPELINE_THRESHOLD",
+                                     DEFAULT_PIPELINE_THRESHOLD, 0)}
 
 
 def set_pipeline(chunk=None, threshold=None):

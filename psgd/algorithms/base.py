@@ -331,6 +331,7 @@ def create(name, params, comm=None, grads=None, stats=None, **options):
     error, cls, resolved, buffer, grad_buffer = None, None, None, None, None
     stat_buffer = None
     try:
+        mpi.check_environment()
         if name not in REGISTRY:
             raise UsageError("unknown algorithm %r; valid: %s" % (name, ", ".join(REGISTRY)))
         cls = REGISTRY[name]
