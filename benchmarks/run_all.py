@@ -3,14 +3,18 @@
     .venv/bin/python benchmarks/run_all.py            # the full run (make bench)
     .venv/bin/python benchmarks/run_all.py --quick    # a smoke run, small sizes
     .venv/bin/python benchmarks/run_all.py --only sync_overhead,memory
+    .venv/bin/python benchmarks/run_all.py --regime shm  # MPI through shared memory only
 
-MPI parts are launched with the mpirun beside this interpreter. Results
+MPI parts are launched with the mpirun beside this interpreter; the
+sections that take a regime run once through shared memory and once with
+MPI forced through its network path (`--regime`, benchmarks/common.py). Results
 (JSON, PNG) go to benchmarks/results/; BENCHMARKS.md references them. The
 machine's other load is sampled before the run and between sections (the
 CPU share used while no benchmark runs) and reported, since timings on a
 shared machine are only as good as its quiet.
 """
 import argparse
+import inspect
 import datetime
 import os
 import sys
@@ -24,8 +28,8 @@ import common  # noqa: E402
 if common.ROOT not in sys.path:
     sys.path.insert(1, common.ROOT)   # psgd from the checkout when not installed
 
-SECTIONS = ("sync_overhead", "server_roundtrip", "accel", "scaling", "convergence", "memory",
-            "gpu_staging", "torch_ddp")
+SECTIONS = ("sync_overhead", "server_roundtrip", "server_throughput", "accel", "scaling",
+            "convergence", "memory", "gpu_staging", "torch_ddp")
 
 
 def cpu_busy(seconds=1.0):
@@ -59,6 +63,7 @@ def main(argv=None):
     p.add_argument("--out", default=os.path.join(common.ROOT, "BENCHMARKS.md"))
     p.add_argument("--render", action="store_true",
                    help="rewrite the report from benchmarks/results/ without measuring")
+    common.add_regime_arg(p)
     args = p.parse_args(argv)
     chosen = SECTIONS if not args.only else tuple(s for s in args.only.split(",") if s)
     unknown = [s for s in chosen if s not in SECTIONS]
@@ -77,7 +82,9 @@ def main(argv=None):
         t0 = time.time()
         try:
             module = __import__(name)
-            section = module.run(quick=args.quick)
+            takes_regime = "regime" in inspect.signature(module.run).parameters
+            section = module.run(quick=args.quick,
+                                 **({"regime": args.regime} if takes_regime else {}))
         except Exception as exc:   # report it and go on: one broken part hides nothing else
             traceback.print_exc()
             section = common.Section(name, "**Failed:** `%s`" % str(exc).strip().splitlines()[0]

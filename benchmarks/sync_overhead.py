@@ -20,6 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 ALGOS = ("bsp", "bmuf", "sod", "syncgrad")
+PIPELINED = ("bsp", "bmuf", "sod")   # their update can run under a pipelined exchange
 TENSORS = 20
 TARGET = 1.05
 
@@ -67,8 +68,13 @@ class Kaldi:
 class _NoExchange:
     """Stands in for an algorithm's MPI exchange to time its arithmetic alone."""
 
-    def allreduce(self):
-        pass
+    def __init__(self, size):
+        self.size = size
+
+    def allreduce(self, before=None, after=None):
+        for fn in (before, after):
+            if fn is not None:
+                fn(0, self.size)
 
 
 def _update_alone(obj, n_k, n, size):
@@ -77,7 +83,7 @@ def _update_alone(obj, n_k, n, size):
     names = [k for k in ("exchange", "grad_exchange") if hasattr(obj, k)]
     saved = [getattr(obj, k) for k in names]
     for k in names:
-        setattr(obj, k, _NoExchange())
+        setattr(obj, k, _NoExchange(getattr(obj, k).buffer.size))
     try:
         obj.update(n_k, n, size)
     finally:
@@ -98,6 +104,7 @@ def _make(method, comm, size):
 
 def child(argv):
     from mpi4py import MPI
+    from psgd import mpi
     p = common.child_args()
     p.add_argument("--sizes", required=True)
     p.add_argument("--methods", default=",".join(ALGOS + ("kaldi",)))
@@ -124,9 +131,19 @@ def child(argv):
             def alone():
                 _update_alone(obj, n_k, n_total, comm.size)
 
+            def one_call():
+                """The same sync with its exchange unpipelined (one Allreduce)."""
+                old = mpi.set_pipeline(threshold=2 ** 62)
+                try:
+                    obj.synchronize(n_k)
+                finally:
+                    mpi.set_pipeline(*old)
+
             fns = [("raw", bare), ("sync", sync)]
             if method != "kaldi":
                 fns.append(("alone", alone))
+            if method in PIPELINED and mpi.pipelined(size):
+                fns.append(("one", one_call))
             for _ in range(1 if raw.nbytes >= 2e8 else 2):   # first touches, MPI set-up
                 for _, fn in fns:
                     fn()
@@ -140,6 +157,7 @@ def child(argv):
                          "raw_median": med["raw"], "sync_median": med["sync"],
                          "alone_median": med.get("alone"),
                          "ratio": med["sync"] / med["raw"],
+                         "one_call_ratio": med["one"] / med["raw"] if "one" in med else None,
                          "floor": (med["raw"] + med["alone"]) / med["raw"]
                          if "alone" in med else None})
             obj.close()
@@ -149,24 +167,26 @@ def child(argv):
         import json
         with open(args.out, "w") as f:
             json.dump({"np": comm.size, "accel": os.environ.get("PSGD_ACCEL", "auto"),
-                       "rows": rows}, f)
+                       "pipeline_chunk": mpi.pipeline_chunk(),
+                       "pipeline_threshold": mpi.pipeline_threshold(), "rows": rows}, f)
 
 
 # driver ---------------------------------------------------------------------------
-def run(quick=False, nps=(2, 4)):
+def run(quick=False, nps=(2, 4), regime="both"):
     sizes = [10 ** 5, 10 ** 6, 10 ** 7] if quick else [10 ** 5, 10 ** 6, 10 ** 7, 10 ** 8]
     runs = []
-    for np_ in nps:
-        for accel in (("auto",) if quick or np_ != nps[0] else ("auto", "numexpr")):
-            # Of these algorithms only bmuf's update has a numexpr form.
-            methods = ",".join(ALGOS + ("kaldi",)) if accel == "auto" else "bmuf"
-            out = common.result_path("sync_overhead_np%d_%s.json" % (np_, accel))
-            common.results_dir()
-            data = common.run_child("sync_overhead.py", np_, out,
-                                    ["--sizes", ",".join(map(str, sizes)), "--methods", methods]
-                                    + (["--quick"] if quick else []),
-                                    env={"PSGD_ACCEL": accel}, timeout=1800)
-            runs.append(data)
+    for reg in common.regimes(regime):
+        for np_ in nps:
+            numexpr = not quick and np_ == nps[0] and reg == "shm"
+            for accel in ("auto", "numexpr") if numexpr else ("auto",):
+                # Of these algorithms only bmuf's update has a numexpr form.
+                methods = ",".join(ALGOS + ("kaldi",)) if accel == "auto" else "bmuf"
+                out = common.result_path("sync_overhead_np%d_%s_%s.json" % (np_, accel, reg))
+                common.results_dir()
+                runs.append(common.run_in_regime(
+                    "sync_overhead.py", np_, out, reg,
+                    ["--sizes", ",".join(map(str, sizes)), "--methods", methods]
+                    + (["--quick"] if quick else []), env={"PSGD_ACCEL": accel}, timeout=1800))
     common.save_json("sync_overhead.json", runs)
     return report(runs, sizes)
 
@@ -176,67 +196,109 @@ def rerender():
     return report(runs, sorted({r["size"] for run in runs for r in run["rows"]}))
 
 
+def _regime(run):
+    return run.get("regime", "shm")     # results from before the regimes were measured
+
+
+def _ordered(auto):
+    """Runs by np, each np's regimes side by side (shm first)."""
+    return sorted(auto, key=lambda r: (r["np"], common.REGIMES.index(_regime(r))))
+
+
 def report(runs, sizes):
-    auto = [r for r in runs if r["accel"] == "auto"]
+    auto = _ordered([r for r in runs if r["accel"] == "auto"])
     numexpr_runs = {r["np"]: r for r in runs if r["accel"] == "numexpr"}
     methods = list(ALGOS) + ["kaldi"]
-    headers = ["np", "parameters", "bytes", "Allreduce"] + methods
+    headers = ["np", "parameters", "bytes", "regime", "Allreduce"] + methods
     rows, worst = [], {}
-    for run in auto:
-        by = {(r["size"], r["method"]): r for r in run["rows"]}
+    for np_ in sorted({r["np"] for r in auto}):
         for size in sizes:
-            raw = [by[(size, m)]["raw_median"] for m in methods if (size, m) in by]
-            cells = [run["np"], common.fmt_size(size), common.fmt_bytes(4 * size),
-                     common.fmt_time(common.median(raw))]
-            for m in methods:
-                r = by.get((size, m))
-                if r is None:
-                    cells.append("-")
+            for run in (r for r in auto if r["np"] == np_):
+                by = {(r["size"], r["method"]): r for r in run["rows"]}
+                raw = [by[(size, m)]["raw_median"] for m in methods if (size, m) in by]
+                if not raw:
                     continue
-                mark = "" if m == "kaldi" or size < 10 ** 6 or r["ratio"] <= TARGET else " (!)"
-                floor = "" if r.get("floor") is None else " (%.2f)" % r["floor"]
-                cells.append("%.3fx%s%s" % (r["ratio"], floor, mark))
-                if m != "kaldi" and size >= 10 ** 6 and r["ratio"] > worst.get(m, (0,))[0]:
-                    worst[m] = (r["ratio"], r["floor"], run["np"], size)
-            rows.append(cells)
+                cells = [np_, common.fmt_size(size), common.fmt_bytes(4 * size), _regime(run),
+                         common.fmt_time(common.median(raw))]
+                for m in methods:
+                    r = by.get((size, m))
+                    if r is None:
+                        cells.append("-")
+                        continue
+                    mark = "" if m == "kaldi" or size < 10 ** 6 or r["ratio"] <= TARGET else " (!)"
+                    floor = "" if r.get("floor") is None else " (%.2f)" % r["floor"]
+                    cells.append("%.3fx%s%s" % (r["ratio"], floor, mark))
+                    key = (m, _regime(run))
+                    if m != "kaldi" and size >= 10 ** 6 and r["ratio"] > worst.get(key, (0,))[0]:
+                        worst[key] = (r["ratio"], r["floor"], np_, size)
+                rows.append(cells)
     md = ["Median time of one `synchronize` divided by the median time of a bare "
           "`Allreduce(IN_PLACE)` of the same bytes, measured interleaved in the same job "
           "(slowest rank after a barrier). The Allreduce column is that baseline's median. "
           "`kaldi` is the reference's per-tensor way (scale, stage, Allreduce, copy back "
           "for each of %d tensors) on the same bytes. In brackets, the floor: (Allreduce + "
           "the algorithm's update timed alone, without its MPI calls) / Allreduce, i.e. what "
-          "the sync would cost with no plumbing at all; the gap between the ratio and its "
-          "floor is psgd's overhead (the counts Allreduce, Python), the gap between the "
-          "floor and 1 is the update's arithmetic. (!) marks a ratio above the %.2fx target "
-          "at 1e6 parameters and up." % (TENSORS, TARGET), "",
+          "the sync would cost with no plumbing at all if nothing overlapped; the gap between "
+          "the floor and 1 is the update's arithmetic, which a pipelined exchange can hide "
+          "(a ratio below its floor). (!) marks a ratio above the %.2fx target "
+          "at 1e6 parameters and up." % (TENSORS, TARGET), "", common.REGIME_NOTE, "",
           common.table(headers, rows), ""]
+    md += _pipeline_table(auto, sizes)
     if numexpr_runs:
-        md.append("bmuf again with `PSGD_ACCEL=numexpr` (numexpr instead of the default "
-                  "blocked NumPy for its update), in a job of its own right after the default one; "
-                  "each ratio is against its own job's Allreduce:")
-        md.append("")
-        nrows = []
-        for np_, run in sorted(numexpr_runs.items()):
-            by = {(r["size"], r["method"]): r for r in run["rows"]}
-            auto_by = {(r["size"], r["method"]): r for a in auto if a["np"] == np_
-                       for r in a["rows"]}
-            for size in sizes:
-                cells = [np_, common.fmt_size(size)]
-                for m in ("bmuf",):
-                    a, n = auto_by.get((size, m)), by.get((size, m))
-                    cells += ["%.3fx" % a["ratio"] if a else "-",
-                              "%.3fx" % n["ratio"] if n else "-"]
-                nrows.append(cells)
-        md.append(common.table(["np", "parameters", "bmuf (default)", "bmuf (numexpr)"],
-                               nrows))
-        md.append("")
+        md += _numexpr_table(auto, numexpr_runs, sizes)
     _plot(auto, sizes)
     md.append(common.image("sync overhead", "sync_overhead.png"))
     heads = ["sync / bare Allreduce, worst case at >= 1e6 parameters (its floor in "
-             "brackets): " + ", ".join("%s %.2fx (%.2f) at np %d, %s" % (
-                 m, worst[m][0], worst[m][1], worst[m][2], common.fmt_size(worst[m][3]))
-                 for m in ALGOS if m in worst)]
+             "brackets), %s: " % reg + ", ".join("%s %.2fx (%.2f) at np %d, %s" % (
+                 m, worst[m, reg][0], worst[m, reg][1], worst[m, reg][2],
+                 common.fmt_size(worst[m, reg][3])) for m in ALGOS if (m, reg) in worst)
+             for reg in common.REGIMES if any(k[1] == reg for k in worst)]
     return common.Section("Synchronization overhead against raw MPI", "\n".join(md), heads, runs)
+
+
+def _pipeline_table(auto, sizes):
+    """bsp, bmuf and sod with the exchange in one Allreduce and pipelined, same job."""
+    rows = []
+    for run in auto:
+        by = {(r["size"], r["method"]): r for r in run["rows"]}
+        for size in sizes:
+            pairs = [by.get((size, m)) for m in PIPELINED]
+            if not any(r and r.get("one_call_ratio") for r in pairs):
+                continue
+            cells = [run["np"], common.fmt_size(size), _regime(run)]
+            for r in pairs:
+                cells += ["-", "-"] if not r or r.get("one_call_ratio") is None else [
+                    "%.3fx" % r["one_call_ratio"], "%.3fx" % r["ratio"]]
+            rows.append(cells)
+    if not rows:
+        return []
+    chunk = auto[0].get("pipeline_chunk")
+    headers = ["np", "parameters", "regime"] + ["%s %s" % (m, k) for m in PIPELINED
+                                                for k in ("one call", "pipelined")]
+    return ["The exchange pipelined: `one call` is the sync with its sum in one Allreduce and "
+            "the update after it; `pipelined` (the default from %s elements up) runs it "
+            "in chunks of %s elements (Iallreduce, the update of a chunk under the sum of "
+            "the next; psgd/mpi.py). Both against the same job's bare Allreduce, "
+            "interleaved:" % ("{:,}".format(auto[0].get("pipeline_threshold", 0)),
+                              "{:,}".format(chunk or 0)), "", common.table(headers, rows), ""]
+
+
+def _numexpr_table(auto, numexpr_runs, sizes):
+    md = ["bmuf again with `PSGD_ACCEL=numexpr` (numexpr instead of the default "
+          "blocked NumPy for its update), in a job of its own right after the default one; "
+          "each ratio is against its own job's Allreduce:", ""]
+    nrows = []
+    for np_, run in sorted(numexpr_runs.items()):
+        by = {(r["size"], r["method"]): r for r in run["rows"]}
+        auto_by = {(r["size"], r["method"]): r for a in auto
+                   if a["np"] == np_ and _regime(a) == _regime(run) for r in a["rows"]}
+        for size in sizes:
+            a, n = auto_by.get((size, "bmuf")), by.get((size, "bmuf"))
+            nrows.append([np_, common.fmt_size(size), "%.3fx" % a["ratio"] if a else "-",
+                          "%.3fx" % n["ratio"] if n else "-"])
+    md.append(common.table(["np", "parameters", "bmuf (default)", "bmuf (numexpr)"], nrows))
+    md.append("")
+    return md
 
 
 def _plot(auto, sizes):
@@ -253,7 +315,7 @@ def _plot(auto, sizes):
         ax.set_xscale("log")
         ax.set_xlabel("float32 parameters")
         ax.set_ylabel("sync time / bare Allreduce time")
-        ax.set_title("np %d" % run["np"])
+        ax.set_title("np %d, %s" % (run["np"], _regime(run)))
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()

@@ -122,21 +122,25 @@ class FlatBuffer:
             self._host = empty_pinned(self.data.shape, self.data.dtype)
         return self._host
 
-    def to_host(self):
-        """Device -> pinned mirror; returns the mirror once the copy is done
-        (the stream discipline of psgd/mpi.py: MPI may read it at once)."""
+    def to_host(self, lo=0, hi=None):
+        """Device -> pinned mirror (of elements [lo, hi), default all);
+        returns the mirror once the copy is done (the stream discipline of
+        psgd/mpi.py: MPI may read it at once)."""
         if self.on_device:
+            hi = self.size if hi is None else hi
             stream = self.xp.cuda.get_current_stream()
-            self.data.get(stream=stream, out=self.host)
+            self.data[lo:hi].get(stream=stream, out=self.host[lo:hi])
             stream.synchronize()
         return self.host
 
-    def from_host(self):
-        """Pinned mirror -> device; returns once the copy is done, so MPI may
-        write the mirror again and kernels may read `data`."""
+    def from_host(self, lo=0, hi=None):
+        """Pinned mirror -> device (of elements [lo, hi), default all);
+        returns once the copy is done, so MPI may write the mirror again and
+        kernels may read `data`."""
         if self.on_device:
+            hi = self.size if hi is None else hi
             stream = self.xp.cuda.get_current_stream()
-            self.data.set(self.host, stream=stream)
+            self.data[lo:hi].set(self.host[lo:hi], stream=stream)
             stream.synchronize()
 
 

@@ -25,7 +25,35 @@ MAIN_RANK = 0
 
 # MPI counts are C ints; stay below 2**31 elements per call. Tests shrink it.
 DEFAULT_CHUNK = 2 ** 30
-_chunk = int(os.environ.get("PSGD_MPI_CHUNK", DEFAULT_CHUNK))
+_environment_problems = []
+
+
+def _env_count(name, default, minimum):
+    """An element count from the environment; a bad value keeps `default`
+    and is reported by check_environment() (a traceback at import would be
+    the only word otherwise)."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < minimum:
+        _environment_problems.append("%s=%r: must be a whole number >= %d" % (
+            name, text, minimum))
+        return default
+    return value
+
+
+def check_environment():
+    """Raise UsageError naming the first PSGD_MPI_* variable that is not a
+    valid count (psgd.create calls it on every rank)."""
+    if _environment_problems:
+        raise UsageError(_environment_problems[0])
+
+
+_chunk = _env_count("PSGD_MPI_CHUNK", DEFAULT_CHUNK, 1)
 
 
 def set_chunk_elements(n):
@@ -208,9 +236,20 @@ class Exchange:
             self.buffer.from_host()
 
     # blocking -------------------------------------------------------------------
-    def allreduce(self):
+    def allreduce(self, before=None, after=None):
+        """In-place sum over the ranks. `before(lo, hi)` / `after(lo, hi)`:
+        elementwise work on elements [lo, hi) of `buffer.data` to do before
+        the sum reads them / after it wrote them; on a buffer of at least
+        pipeline_threshold() elements they run chunk by chunk under the
+        communication of the neighbouring chunks (see Pipelined allreduce)."""
+        if (before or after) and pipelined(self.buffer.size):
+            return pipelined_allreduce(self, before, after)
+        if before:
+            before(0, self.buffer.size)
         Allreduce(self.comm, self._readable())
         self._received()
+        if after:
+            after(0, self.buffer.size)
 
     def bcast(self, root=MAIN_RANK):
         Bcast(self.comm, self._readable(), root)
@@ -235,6 +274,106 @@ class Exchange:
 
     def irecv(self, source, tag=TAG_MODEL):
         return Request(Irecv(self.comm, self._writable(), source, tag), self._received)
+
+
+# Pipelined allreduce: the update of one chunk under the sum of the next ------
+# A collective algorithm's update is elementwise, so it may run on any
+# partition of the buffer: the sum of chunk c is in flight (Iallreduce) while
+# the weighting pass of chunk c+1 and the filter of chunk c-1 run. Per chunk
+# the stream discipline holds as for one call: a chunk is staged out (or its
+# device work finished) before MPI gets it, and staged in before `after`
+# reads it. MPICH progresses a non-blocking collective only inside MPI calls,
+# so host work runs in PROGRESS_BLOCK pieces with a Test between them.
+# The defaults come from benchmarks/pipeline_sweep.py (benchmarks/FINDINGS.md):
+# on the 2-core machine at np 2 the pipeline lost at 1e6 float32 in both
+# regimes and won at 1e7 (a 40 MB sum in chunks that stay in cache), with
+# 256k-1M elements per chunk doing about equally well.
+DEFAULT_PIPELINE_CHUNK = 1 << 19      # elements per Iallreduce (2 MB of float32)
+DEFAULT_PIPELINE_THRESHOLD = 1 << 22  # smaller buffers (16 MB of float32): one call
+PROGRESS_BLOCK = 1 << 16              # host elements between two Tests
+PIPELINE_DEPTH = 2                    # chunks in flight at once
+_pipeline = {"chunk": _env_count("PSGD_MPI_PIPELINE_CHUNK", DEFAULT_PIPELINE_CHUNK, 1),
+             "threshold": _env_count("PSGD_MPI_PIPELINE_THRESHOLD",
+                                     DEFAULT_PIPELINE_THRESHOLD, 0)}
+
+
+def set_pipeline(chunk=None, threshold=None):
+    """Elements per pipelined chunk and the smallest buffer that is
+    pipelined (0: every buffer with more than one chunk; a huge value: never);
+    returns the previous (chunk, threshold). Env: PSGD_MPI_PIPELINE_CHUNK,
+    PSGD_MPI_PIPELINE_THRESHOLD."""
+    old = (_pipeline["chunk"], _pipeline["threshold"])
+    if chunk is not None:
+        if int(chunk) < 1:
+            raise ValueError("pipeline chunk must be >= 1, got %r" % (chunk,))
+        _pipeline["chunk"] = int(chunk)
+    if threshold is not None:
+        _pipeline["threshold"] = max(0, int(threshold))
+    return old
+
+
+def pipeline_chunk():
+    """Elements per pipelined Iallreduce (never above the MPI count limit)."""
+    return min(_pipeline["chunk"], _chunk)
+
+
+def pipeline_threshold():
+    return _pipeline["threshold"]
+
+
+def pipelined(size):
+    return size >= _pipeline["threshold"] and size > pipeline_chunk()
+
+
+def _ranges(lo, hi, step):
+    for start in range(lo, hi, step):
+        yield start, min(start + step, hi)
+
+
+def pipelined_allreduce(exchange, before, after):
+    """exchange.allreduce(before, after) in chunks: Iallreduce per chunk,
+    PIPELINE_DEPTH of them in flight, each chunk's `before` and `after`
+    running while its neighbours travel."""
+    buffer, comm = exchange.buffer, exchange.comm
+    wire = buffer.data if exchange.direct else buffer.host
+    on_host = not buffer.on_device
+    chunks = list(_ranges(0, buffer.size, pipeline_chunk()))
+    flight = []   # (lo, hi, request), oldest first
+
+    def work(fn, lo, hi):
+        """fn over [lo, hi): in pieces with MPI progress between them on the
+        host; one launch on a device (kernels run while the host waits)."""
+        if fn is None:
+            return
+        if not on_host:
+            fn(lo, hi)
+            return
+        for a, b in _ranges(lo, hi, PROGRESS_BLOCK):
+            fn(a, b)
+            if flight:
+                flight[0][2].Test()
+
+    def post(lo, hi):
+        work(before, lo, hi)
+        if exchange.direct:
+            device_ready(buffer.data)          # rule 1: the chunk's kernels are done
+        else:
+            buffer.to_host(lo, hi)             # rule 1: staged out, copy complete
+        flight.append((lo, hi, comm.Iallreduce(MPI.IN_PLACE, wire[lo:hi], op=MPI.SUM)))
+
+    def finish():
+        lo, hi, request = flight.pop(0)
+        request.Wait()
+        if not exchange.direct:
+            buffer.from_host(lo, hi)           # rule 2: staged in before `after` reads
+        work(after, lo, hi)
+
+    for lo, hi in chunks:
+        if len(flight) == PIPELINE_DEPTH:
+            finish()
+        post(lo, hi)
+    while flight:
+        finish()
 
 
 # Shards: an Exchange of elements [lo, hi) of another's buffer ------------------

@@ -278,12 +278,18 @@ class CollectiveWorker(Algorithm):
     def stop_at_exit(self):
         self.stop(0)
 
-    def average(self, n_k, n, active, uniform=False):
-        """w <- sum_k (n_k / n) w_k (or the plain mean over active workers)."""
-        weight = self._weight(n_k, n, active, uniform)
+    def average(self, n_k, n, active, uniform=False, then=None):
+        """w <- sum_k (n_k / n) w_k (or the plain mean over active workers).
+        `then(lo, hi)`: the algorithm's elementwise update of w[lo:hi] once
+        that part of the sum has arrived; on a large buffer the exchange runs
+        it chunk by chunk under the communication (psgd/mpi.py, Pipelined
+        allreduce), with the same bits as after one call."""
         w = self.buffer.data
-        w *= w.dtype.type(weight)
-        self.exchange.allreduce()
+        weight = w.dtype.type(self._weight(n_k, n, active, uniform))
+
+        def scale(lo, hi):
+            w[lo:hi] *= weight
+        self.exchange.allreduce(before=scale, after=then)
 
     def update(self, n_k, n, active):
         raise NotImplementedError
@@ -328,6 +334,7 @@ def create(name, params, comm=None, grads=None, stats=None, servers=None, **opti
     error, cls, resolved, buffer, grad_buffer = None, None, None, None, None
     stat_buffer = None
     try:
+        mpi.check_environment()
         if name not in REGISTRY:
             raise UsageError("unknown algorithm %r; valid: %s" % (name, ", ".join(REGISTRY)))
         cls = REGISTRY[name]

@@ -45,9 +45,13 @@ class Bmuf(CollectiveWorker):
         self.block_momentum_buffer.data.fill(0)          # D = 0
 
     def update(self, n_k, n, active):
-        self.average(n_k, n, active)  # w = sum_k (n_k/n) w_k, so G = w - w_g
-        kernels.bmuf_update(self.buffer.data, self.global_model.data,
-                            self.block_momentum_buffer.data,
+        # w = sum_k (n_k/n) w_k, so G = w - w_g; the filter runs on each part
+        # of w as its sum arrives
+        self.average(n_k, n, active, then=self._filter)
+
+    def _filter(self, lo, hi):
+        kernels.bmuf_update(self.buffer.data[lo:hi], self.global_model.data[lo:hi],
+                            self.block_momentum_buffer.data[lo:hi],
                             self.block_momentum, self.block_lr, self.nesterov)
 
     def finish(self):

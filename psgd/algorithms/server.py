@@ -35,9 +35,10 @@ of [failed, code, sender, value] among them) and all raise, or servers
 whole center. Where the rule depends on the service order (asgd/masgd's
 barrier_period), servers 1..S-1 serve in rank 0's order (service_order.py).
 
-Idle waits poll with a bounded backoff (sleeps from 50 us doubling up to
-`poll_max_sleep`) because MPICH and Open MPI spin in a blocking receive.
-While it serves a worker the server uses blocking calls: that time is busy.
+Idle waits poll, spinning only where a message is likely and sleeping with a
+backoff up to `poll_max_sleep` otherwise (waiting.py), because MPICH and Open
+MPI spin in a blocking receive. While it serves a worker the server uses
+blocking calls: that time is busy.
 """
 import collections
 import time
@@ -51,13 +52,13 @@ from ..errors import ProtocolError, UsageError
 from .base import Algorithm, Option
 from .server_stats import ServerStats, Service  # noqa: F401  (re-exported)
 from .service_order import LEADER_FAILED, ServiceOrder
+from .waiting import FIRST_SLEEP, Waiter
 
 # TAG_MSG = 0 and TAG_MODEL = 1 are the contract's; the failure notice gets its own.
 TAG_NOTICE = 2
 TAG_SHARD = 3                  # servers 1..S-1 -> rank 0: the shards of the center, after run()
 CONTROL_SLOTS = 4              # room to receive (and report) an over-long control message
 NOTICE_DONE, NOTICE_UNKNOWN, NOTICE_MALFORMED, NOTICE_SERVER_ERROR = 0, 1, 2, 3
-FIRST_SLEEP = 50e-6
 
 
 def notice_text(code, sender, value):
@@ -71,6 +72,9 @@ def _sleep_range(v):
     return None if 0.0 <= v <= 1.0 else "must be between 0 and 1 second"
 
 
+# poll_max_sleep: the longest sleep of the server's idle wait and of a worker's wait for
+# its answer (waiting.py), so the most a message coming off schedule waits to be
+# noticed; 0 never sleeps (a core per rank).
 SERVER_OPTIONS = {"poll_max_sleep": Option(1e-3, _sleep_range)}
 
 
@@ -116,6 +120,7 @@ class Server(Algorithm):
         self._queue = collections.deque()           # (rank, message, n_k, arrived)
         self._last = 0
         self._new_round = False
+        self._waiter = Waiter(self.poll_max_sleep)
         super().initialized()
         self.started_from = {}                      # rank -> update count of the x it last got
 
@@ -188,7 +193,7 @@ class Server(Algorithm):
         follows = self.order is not None and not self.order.leads
         while self.running:
             if follows:
-                entry = self.order.next_entry(self, stats, FIRST_SLEEP)
+                entry = self.order.next_entry(self, stats)
             else:
                 if self._queue:
                     self._poll(block=False)
@@ -302,16 +307,15 @@ class Server(Algorithm):
             [self._control[rank], MPI.INT64_T], source=rank, tag=mpi.TAG_MSG)
 
     def _poll(self, block, failing=False):
-        """Queue the control messages that arrived; with `block`, wait (sleeping
-        with backoff) until at least one has. Returns the bad ones (failing mode)."""
-        delay = FIRST_SLEEP
-        while True:
+        """Queue the control messages that arrived; with `block`, wait (the
+        Waiter's policy) until at least one has. Returns the bad ones (failing mode)."""
+        def arrivals():     # None while nothing has arrived
             done = MPI.Request.Testsome(self._requests, self._statuses)
-            if done is None or done or not block:
-                break
-            time.sleep(delay)
-            self.stats.sleeps += 1
-            delay = min(2 * delay, self.poll_max_sleep)
+            return None if done == [] else (done,)
+        if block:
+            (done,) = self._waiter.wait(arrivals, self.stats)
+        else:
+            done = MPI.Request.Testsome(self._requests, self._statuses)
         bad = []
         size = self.node.size
         # Seen in the same poll: round-robin, starting after the last one served.

@@ -21,9 +21,10 @@ class ServerStats:
     finished: int = 0       # workers that sent MSG_FINISHED
     busy_s: float = 0.0     # serving: exchanges and updates
     idle_s: float = 0.0     # waiting for a control message
+    idle_cpu_s: float = 0.0  # process CPU time of those waits (spins, wake-ups)
     wall_s: float = 0.0     # the whole run()
     cpu_s: float = 0.0      # process CPU time during run(): low when idle waits sleep
-    sleeps: int = 0         # backoff sleeps taken
+    sleeps: int = 0         # sleeps taken in idle waits
     per_worker: dict = dataclasses.field(default_factory=dict)  # rank -> [syncs, samples]
     staleness: list = dataclasses.field(default_factory=list)   # [i]: syncs of staleness i
 

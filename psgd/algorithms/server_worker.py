@@ -12,6 +12,7 @@ from ..buffers import shard_bounds
 from ..errors import ProtocolError, UsageError
 from .base import Algorithm, _check_count
 from .server import NOTICE_DONE, TAG_NOTICE, notice_text
+from .waiting import Waiter
 
 NO_NOTICE = -1      # a notice slot not yet written
 
@@ -23,7 +24,7 @@ class ServerWorker(Algorithm):
 
     server_based = True
     server = None   # the Server subclass rank 0 runs
-    poll_max_sleep: float       # SERVER_OPTIONS (the server's; workers only carry it)
+    poll_max_sleep: float       # SERVER_OPTIONS: the longest sleep of await_server too
 
     @classmethod
     def for_rank(cls, rank, servers=1):
@@ -42,6 +43,7 @@ class ServerWorker(Algorithm):
         self.stopped = False
         self.in_round = False           # synced since the last stop()
         self.failure = None
+        self._waiter = Waiter(self.poll_max_sleep, anticipate=False)
         super().initialized()
 
     def synchronize(self, n_k):
@@ -113,25 +115,29 @@ class ServerWorker(Algorithm):
         """Wait for this exchange's requests ((server, mpi.Request) pairs of
         Exchange.irecv/isend) unless a server's notice comes first: then
         withdraw the receives from that server, let the others finish,
-        acknowledge and raise. Returns once the receives are staged in."""
-        pending = [(s, r) for s, request in list(receives) + list(sends) for r in request.requests]
+        acknowledge and raise. Returns once the receives are staged in.
+        Waits by the Waiter's policy: MPI's Waitany would spin for as long as
+        the servers take."""
+        pending = [r for _, request in list(receives) + list(sends) for r in request.requests]
         failed = set()
+
+        def outcome():      # None while the exchange is not done and no new notice came
+            if MPI.Request.Testall(pending):
+                return "done", None
+            gone = [s for s in range(self.servers)
+                    if s not in failed and self._notice_requests[s].Test()]
+            return ("notice", gone[0]) if gone else None
         while pending:
-            live = [s for s in range(self.servers) if s not in failed]
-            i = MPI.Request.Waitany([r for _, r in pending] +
-                                    [self._notice_requests[s] for s in live])
-            if i >= len(pending):
-                gone = live[i - len(pending)]
-                failed.add(gone)
-                for s, request in receives:
-                    if s == gone:
-                        request.cancel()
-                for s, request in sends:       # they complete: the server drains them
-                    if s == gone:
-                        request.wait()
-                pending = [(s, r) for s, r in pending if s != gone]
-                continue
-            del pending[i]
+            what, gone = self._waiter.wait(outcome)
+            if what == "done":
+                break
+            failed.add(gone)
+            for s, request in receives:
+                if s == gone:
+                    request.cancel()
+            for s, request in sends:           # they complete: the server drains them
+                if s == gone:
+                    request.wait()
         for s, request in receives:
             if s not in failed:
                 request.wait()                 # the stage-in

@@ -47,26 +47,24 @@ class ServiceOrder:
                 self._head = int(self._order[0])
         return self._head
 
-    def next_entry(self, server, stats, first_sleep):
+    def next_entry(self, server, stats):
         """A follower's next queue entry (rank, message, n_k, arrived): the
-        one rank 0 dispatched next. Polls like the server's idle wait."""
-        start, delay = time.perf_counter(), first_sleep
-        while True:
+        one rank 0 dispatched next, waited for by the server's Waiter."""
+        def ready():        # None until the order and that worker's message are both in
             rank = self.head()
             if rank == LEADER_FAILED:
                 server.give_up_after_leader()
-            ready = [i for i, entry in enumerate(server._queue) if entry[0] == rank]
-            if ready:
-                entry = server._queue[ready[0]]
-                del server._queue[ready[0]]
-                self._head = None
-                stats.idle_s += time.perf_counter() - start
-                return entry
             server._poll(block=False)
-            if not any(entry[0] == self._head for entry in server._queue):
-                time.sleep(delay)
-                stats.sleeps += 1
-                delay = min(2 * delay, server.poll_max_sleep)
+            for i, entry in enumerate(server._queue):
+                if entry[0] == rank:
+                    del server._queue[i]
+                    self._head = None
+                    return entry
+            return None
+        start = time.perf_counter()
+        entry = server._waiter.wait(ready, stats)
+        stats.idle_s += time.perf_counter() - start
+        return entry
 
     def drain(self, sent):
         """After the servers' agreement: receive what the leader sent and

@@ -51,11 +51,15 @@ class Sod(CollectiveWorker):
         self.steps = 0          # Adam's bias correction starts over too
 
     def update(self, n_k, n, active):
-        self.average(n_k, n, active)
         self.steps += 1
-        state = [b.data for b in (self.velocity, self.second_moment) if b is not None]
+        self.average(n_k, n, active, then=self._outer_step)
+
+    def _outer_step(self, lo, hi):
+        """The outer step on w[lo:hi], once that part of the average arrived."""
+        state = [b.data[lo:hi] for b in (self.velocity, self.second_moment) if b is not None]
         # Block by block: all of the step's passes meet a block in cache.
-        kernels.blockwise(self._update, self.buffer.data, self.global_model.data, *state)
+        kernels.blockwise(self._update, self.buffer.data[lo:hi],
+                          self.global_model.data[lo:hi], *state)
 
     def _update(self, w, w_g, *state):
         g = self.buffer.xp.subtract(w_g, w, out=w)  # the pseudo-gradient, in w's memory

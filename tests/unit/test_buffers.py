@@ -1,3 +1,7 @@
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -79,3 +83,18 @@ def test_first_difference_names_the_place():
     assert mpi.first_difference(a, b) == "shapes.1.0 4 vs 5"
     assert "entries" in mpi.first_difference({"s": [1]}, {"s": [1, 2]})
     assert mpi.first_difference(a, a) is None
+
+
+def test_pipeline_settings_from_the_environment():
+    code = "from psgd import mpi; print(mpi.pipeline_chunk(), mpi.pipeline_threshold())"
+    env = dict(os.environ, PSGD_MPI_PIPELINE_CHUNK="1000", PSGD_MPI_PIPELINE_THRESHOLD="5000",
+               PSGD_MPI_CHUNK="300")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120, check=True).stdout.split()
+    assert out == ["300", "5000"]      # a pipelined chunk never passes the MPI count limit
+    old = mpi.set_pipeline(chunk=7, threshold=20)
+    try:
+        assert (mpi.pipeline_chunk(), mpi.pipeline_threshold()) == (7, 20)
+        assert mpi.pipelined(20) and not mpi.pipelined(19)
+    finally:
+        mpi.set_pipeline(*old)

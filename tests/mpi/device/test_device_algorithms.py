@@ -65,6 +65,17 @@ def test_held_replies_on_device(comm, xp, name):
     servers.check_barrier(comm, name, {}, 1, xp=xp)
 
 
+@pytest.mark.parametrize("name", ["bsp", "bmuf", "sod"])
+def test_pipelined_replay_on_device(comm, xp, name):
+    """Chunk by chunk, each chunk staged out (or its kernels finished) before
+    MPI gets it and staged in before the update's kernel reads it."""
+    pipeline = load("algorithms/test_pipeline.py")
+    update, final_of, options = pipeline.REPLAYS[name]
+    with pipeline.Pipelined(4) as pipe:
+        sync = collective.check(comm, name, update, final_of, xp=xp, **options)
+    assert pipe.calls > 0 and sync.buffer.on_device
+
+
 @pytest.mark.parametrize("name", ["easgd", "masgd"])
 def test_sharded_server_replay_on_device(comm, xp, name):
     """servers = size - 1: each shard goes through its slice of the pinned

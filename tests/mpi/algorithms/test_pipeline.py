@@ -1,0 +1,106 @@
+"""The pipelined allreduce (psgd/mpi.py): bsp, bmuf and sod with their
+update running chunk by chunk under the communication must match the serial
+replays at any chunk size, and at np 2, where a sum of two is the same in any
+order, give exactly the bits of one blocking call."""
+import numpy as np
+import pytest
+
+import reference
+from device_util import load
+from psgd import mpi
+from psgd.buffers import FlatBuffer, host_copy
+
+pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.timeout(120)]
+
+collective = load("algorithms/test_collective.py")
+
+REPLAYS = {
+    "bsp": (lambda ws, ns, s: reference.bsp(ws, ns, s, False), None, {}),
+    "bmuf": (lambda ws, ns, s: reference.bmuf(ws, ns, s, 0.6, 1.3, True),
+             lambda s: s["w_g"], {"block_momentum": 0.6, "block_lr": 1.3}),
+    "sod": (lambda ws, ns, s: reference.sod(ws, ns, s, "adam", 0.05), None,
+            {"outer": "adam", "outer_lr": 0.05}),
+}
+
+
+class Pipelined:
+    """Within the block: chunks of `chunk` elements, every buffer pipelined;
+    counts the Iallreduce calls so a test knows the pipeline ran."""
+
+    def __init__(self, chunk, comm=None):
+        self.chunk, self.comm, self.calls = chunk, comm, 0
+
+    def __enter__(self):
+        self.old = mpi.set_pipeline(chunk=self.chunk, threshold=0)
+        self.original = mpi.pipelined_allreduce
+
+        def counting(exchange, before, after):
+            self.calls += 1
+            return self.original(exchange, before, after)
+        mpi.pipelined_allreduce = counting
+        return self
+
+    def __exit__(self, *exc):
+        mpi.pipelined_allreduce = self.original
+        mpi.set_pipeline(*self.old)
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 7])
+@pytest.mark.parametrize("name", ["bsp", "bmuf", "sod"])
+def test_replays_hold_at_any_chunk_size(comm, name, chunk):
+    update, final_of, options = REPLAYS[name]
+    with Pipelined(chunk) as pipe:
+        collective.check(comm, name, update, final_of, **options)
+    assert pipe.calls > 0, "the pipeline did not run"
+
+
+@pytest.mark.parametrize("name", ["bsp", "bmuf", "sod"])
+def test_pipelined_bits_equal_one_call_at_np2(comm, name):
+    """At np 2 an element's sum is w_0 + w_1 whatever the message size, so
+    the pipelined sync must give exactly the bits of the unpipelined one."""
+    if comm.size != 2:
+        pytest.skip("bit equality is guaranteed by MPI only for a sum of two")
+    options = REPLAYS[name][2]
+    with Pipelined(10 ** 9):   # no buffer here has more than one chunk: one call
+        seen_one, _, final_one, _ = collective.run(comm, name, **options)
+    with Pipelined(3) as pipe:
+        seen_chunked, _, final_chunked, _ = collective.run(comm, name, **options)
+    assert pipe.calls > 0
+    for a, b in zip(seen_one, seen_chunked):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(final_one, final_chunked)
+
+
+def test_callbacks_cover_the_buffer_once_in_order(comm):
+    """before() runs on every element before MPI reads it, after() on every
+    element after its sum arrived, each exactly once."""
+    buf = FlatBuffer.pack([np.arange(23, dtype=np.float64)])
+    ex = mpi.Exchange(comm, buf)
+    covered = {"before": np.zeros(23, int), "after": np.zeros(23, int)}
+
+    def before(lo, hi):
+        covered["before"][lo:hi] += 1
+        buf.data[lo:hi] *= 2
+
+    def after(lo, hi):
+        covered["after"][lo:hi] += 1
+        assert (covered["before"][lo:hi] == 1).all()
+        # the sum has arrived: 2 * value on each of the ranks
+        np.testing.assert_array_equal(buf.data[lo:hi], 2 * comm.size * np.arange(lo, hi))
+        buf.data[lo:hi] += 1
+
+    with Pipelined(5) as pipe:
+        ex.allreduce(before=before, after=after)
+    assert pipe.calls == 1
+    assert (covered["before"] == 1).all() and (covered["after"] == 1).all()
+    np.testing.assert_array_equal(host_copy(buf.data), 2 * comm.size * np.arange(23) + 1)
+
+
+def test_small_buffers_keep_one_call(comm):
+    old = mpi.set_pipeline(chunk=4, threshold=100)
+    try:
+        assert not mpi.pipelined(23) and mpi.pipelined(100) and not mpi.pipelined(4)
+    finally:
+        mpi.set_pipeline(*old)
+    with pytest.raises(ValueError):
+        mpi.set_pipeline(chunk=0)
