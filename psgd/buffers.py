@@ -102,6 +102,15 @@ class FlatBuffer:
     def copy(self):
         return FlatBuffer(self.data.copy(), self.shapes)
 
+    def part(self, lo, hi):
+        """Elements [lo, hi) as a one-tensor FlatBuffer sharing `data` and, on
+        a GPU, the matching slice of the pinned mirror (a server's shard): MPI
+        on the part goes through the same mirror as MPI on the whole."""
+        part = FlatBuffer(self.data[lo:hi], [(hi - lo,)])
+        if self.on_device:
+            part._host = self.host[lo:hi]
+        return part
+
     # host mirror ---------------------------------------------------------------
     @property
     def host(self):
@@ -133,6 +142,12 @@ class FlatBuffer:
             stream = self.xp.cuda.get_current_stream()
             self.data[lo:hi].set(self.host[lo:hi], stream=stream)
             stream.synchronize()
+
+
+def shard_bounds(size, count):
+    """[(lo, hi)] of `count` contiguous shards of `size` elements, balanced
+    by bytes (one dtype: by elements): their sizes differ by at most one."""
+    return [(s * size // count, (s + 1) * size // count) for s in range(count)]
 
 
 def host_copy(array):

@@ -376,6 +376,14 @@ def pipelined_allreduce(exchange, before, after):
         finish()
 
 
+# Shards: an Exchange of elements [lo, hi) of another's buffer ------------------
+def exchange_part(exchange, lo, hi):
+    """An Exchange on elements [lo, hi) of `exchange`'s buffer (a parameter
+    server's shard): same communicator and path (direct or through the pinned
+    mirror's slice), so the stream discipline above holds unchanged."""
+    return Exchange(exchange.comm, exchange.buffer.part(lo, hi), exchange.direct)
+
+
 # Agreement: errors and layouts -------------------------------------------------
 def _bcast_text(comm, text, root):
     raw = np.frombuffer(text.encode("utf-8"), dtype=np.uint8) if comm.rank == root else None

@@ -31,28 +31,29 @@ def local(k, t):
     return 0.1 * np.random.default_rng(1000 * k + t).standard_normal(SIZE)
 
 
-def share_log(comm, obj):
-    """The server's log (rank, n_k, order, reply, arrived, staleness) and finish
-    list on every rank, as int64 arrays."""
+def share_log(comm, obj, root=0):
+    """Server `root`'s log (rank, n_k, order, reply, arrived, staleness) and
+    finish list on every rank, as int64 arrays."""
     rows = fin = None
-    if comm.rank == 0:
+    if comm.rank == root:
         rows = np.array([[e.rank, e.n_k, e.order, -1 if e.reply is None else e.reply, e.arrived,
                           e.staleness] for e in obj.log], dtype=np.int64).reshape(-1, 6)
         fin = np.array(obj.finished, dtype=np.int64).reshape(-1, 2)
     shared = []
     for array, width in ((rows, 6), (fin, 2)):
         n = np.array([0 if array is None else len(array)], dtype=np.int64)
-        comm.Bcast(n, root=0)
+        comm.Bcast(n, root=root)
         if array is None:
             array = np.empty((int(n[0]), width), dtype=np.int64)
-        comm.Bcast(array, root=0)
+        comm.Bcast(array, root=root)
         shared.append(array)
     return shared
 
 
-def uneven_worker(obj, k):
-    """Run worker k's plan; return its model after each synchronize and at the end."""
-    syncs, last = plan(k)
+def uneven_worker(obj, k, kind=None):
+    """Run worker k's plan (that of worker `kind`, when given); return its
+    model after each synchronize and at the end."""
+    syncs, last = plan(k if kind is None else kind)
     flat, seen = obj.buffer.data, []
     xp = obj.buffer.xp
     for t, n_k in enumerate(syncs):

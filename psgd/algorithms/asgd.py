@@ -43,37 +43,41 @@ class AsgdServer(Server):
         self.held = []                 # workers whose reply waits for the barrier
         self.since_release = 0
         self.delay_compensation = staleness.DelayCompensation(
-            self.buffer, self.workers_ranks, self.dc_lambda) \
+            self.center, self.workers_ranks, self.dc_lambda) \
             if self.staleness_compensation == "dc" else None
 
     def serve(self, rank):
         self.incoming_exchange.recv(rank)                   # delta_k
         if self.delay_compensation is not None:
-            self.delay_compensation.correct(rank, self.buffer.data, self.incoming.data)
+            self.delay_compensation.correct(rank, self.center.data, self.incoming.data)
         self.update(rank, self.incoming.data)
         self.since_release += 1
         if self.held or 0 < self.barrier_period <= self.since_release:
             self.held.append(rank)
             return None
-        self.exchange.send(rank)                            # x
+        self.center_exchange.send(rank)                     # x
         self.replied(rank)
         return self.syncs + 1
 
+    def one_order(self):
+        # the barrier rule reads the service order: every shard must share it
+        return self.barrier_period > 0
+
     def replied(self, rank):
         if self.delay_compensation is not None:
-            self.delay_compensation.replied(rank, self.buffer.data)
+            self.delay_compensation.replied(rank, self.center.data)
 
     def _load_state(self, state):
         super()._load_state(state)
         if self.delay_compensation is not None:
-            self.delay_compensation.reset(self.buffer.data)
+            self.delay_compensation.reset(self.center.data)
 
     def gain(self):
         """The factor of the delta being served (staleness_compensation = scale)."""
         return staleness.staleness_gain(self.staleness_compensation, self.staleness)
 
     def update(self, rank, delta):
-        kernels.axpy(self.buffer.data, self.alpha * self.gain(), delta)   # x += alpha * delta_k
+        kernels.axpy(self.center.data, self.alpha * self.gain(), delta)   # x += alpha * delta_k
 
     def after_sync(self, rank):
         self._release_if_all_wait()
@@ -99,9 +103,9 @@ class Asgd(ServerWorker):
 
     def initialized(self):
         self.previous = self.buffer.like()      # w_prev: the x last pulled
-        self.previous_exchange = mpi.Exchange(self.comm, self.previous)
+        self.previous_parts = self.shard_parts(mpi.Exchange(self.comm, self.previous))
         self.delta = self.buffer.like()
-        self.delta_exchange = mpi.Exchange(self.comm, self.delta)
+        self.delta_parts = self.shard_parts(mpi.Exchange(self.comm, self.delta))
         super().initialized()
 
     def restart(self):
@@ -110,9 +114,9 @@ class Asgd(ServerWorker):
     def exchange_with_server(self):
         w, w_prev = self.buffer.data, self.previous.data
         self.buffer.xp.subtract(w, w_prev, out=self.delta.data)          # w_k - w_prev
-        receive = self.previous_exchange.irecv(mpi.MAIN_RANK)              # w_prev <- x
-        self.delta_exchange.send(mpi.MAIN_RANK)
-        self.await_server([receive])
+        receives = [(s, part.irecv(s)) for s, part in enumerate(self.previous_parts)]  # w_prev <- x
+        sends = [(s, part.isend(s)) for s, part in enumerate(self.delta_parts)]
+        self.await_server(receives, sends)
         w[...] = w_prev                                                   # w_k <- x
 
     def state_dict(self):

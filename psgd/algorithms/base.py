@@ -68,32 +68,33 @@ class Algorithm(mpi.Closeable):
     OPTIONS = {}
 
     @classmethod
-    def workers(cls, size):
-        """N, the number of workers among `size` ranks."""
-        return size - 1 if cls.server_based else size
+    def workers(cls, size, servers=1):
+        """N, the number of workers among `size` ranks (`servers` of them serve)."""
+        return size - servers if cls.server_based else size
 
     @classmethod
-    def resolve_options(cls, options, size):
+    def resolve_options(cls, options, size, servers=1):
         unknown = sorted(set(options) - set(cls.OPTIONS))
         if unknown:
             raise UsageError("%s has no option %s; its options: %s" % (
                 cls.name, ", ".join(unknown), ", ".join(sorted(cls.OPTIONS)) or "none"))
-        N = cls.workers(size)
+        N = cls.workers(size, servers)
         return {k: opt.resolve(k, options.get(k), N) for k, opt in cls.OPTIONS.items()}
 
     @classmethod
-    def for_rank(cls, rank):
+    def for_rank(cls, rank, servers=1):
         """The class that plays this rank's role (servers override)."""
         return cls
 
-    def __init__(self, comm, buffer, options, grad_buffer=None, stat_buffer=None):
+    def __init__(self, comm, buffer, options, grad_buffer=None, stat_buffer=None, servers=1):
         self.comm = comm
         self.stat_buffer = stat_buffer
         self.node = mpi.Node(comm)
         self.buffer = buffer
         self.grad_buffer = grad_buffer
         self.options = options
-        self.N = self.workers(self.node.size)
+        self.servers = servers          # server ranks 0..servers-1 (server algorithms)
+        self.N = self.workers(self.node.size, servers)
         self.exchange = mpi.Exchange(comm, buffer)
         self.stat_exchange = (mpi.Exchange(comm, stat_buffer)
                               if stat_buffer is not None and stat_buffer.size else None)
@@ -312,21 +313,23 @@ def _check_count(n_k, ranks=1):
     return int(n_k), None
 
 
-def describe(name, options, buffer, grad_buffer, stat_buffer=None):
-    return {"algorithm": name, "dtype": str(buffer.dtype),
+def describe(name, options, buffer, grad_buffer, stat_buffer=None, servers=1):
+    return {"algorithm": name, "servers": servers, "dtype": str(buffer.dtype),
             "tensors": len(buffer.shapes), "shapes": [list(s) for s in buffer.shapes],
             "grads": None if grad_buffer is None else [list(s) for s in grad_buffer.shapes],
             "stats": None if stat_buffer is None else [list(s) for s in stat_buffer.shapes],
             "options": options}
 
 
-def create(name, params, comm=None, grads=None, stats=None, **options):
+def create(name, params, comm=None, grads=None, stats=None, servers=None, **options):
     """The object for this rank's role in algorithm `name` (see ALGORITHMS.md).
     Collective over `comm`: any error on any rank is raised on every rank.
     `stats`: optional non-trained arrays (BatchNorm running statistics); like
     `params` they become views into a flat buffer (`obj.stats`) that starts
     as rank 0's, and the collective algorithms average them at every sync
-    with the model's weights (n_k / n, or uniform under weighting=uniform)."""
+    with the model's weights (n_k / n, or uniform under weighting=uniform).
+    `servers` (server algorithms; default 1): ranks 0..servers-1 serve, each
+    one contiguous shard of the flat buffer; the other ranks work."""
     comm = comm if comm is not None else MPI.COMM_WORLD
     error, cls, resolved, buffer, grad_buffer = None, None, None, None, None
     stat_buffer = None
@@ -335,10 +338,11 @@ def create(name, params, comm=None, grads=None, stats=None, **options):
         if name not in REGISTRY:
             raise UsageError("unknown algorithm %r; valid: %s" % (name, ", ".join(REGISTRY)))
         cls = REGISTRY[name]
+        servers = _check_servers(cls, servers, comm.Get_size())
         if cls.server_based and comm.Get_size() < 2:
             raise UsageError("%s needs a server and at least one worker: run with "
                              "mpirun -np 2 or more (got %d process)" % (name, comm.Get_size()))
-        resolved = cls.resolve_options(options, comm.Get_size())
+        resolved = cls.resolve_options(options, comm.Get_size(), servers)
         buffer = _as_buffer(params, "params")
         needs_grads = getattr(cls, "needs_grads", False)
         if needs_grads and grads is None:
@@ -355,15 +359,32 @@ def create(name, params, comm=None, grads=None, stats=None, **options):
         error = exc if isinstance(exc, UsageError) else UsageError(str(exc))
     mpi.agree(comm, error)
     comm = comm.Dup()
-    mpi.check_same(comm, describe(name, resolved, buffer, grad_buffer, stat_buffer), "layout")
-    role = cls.for_rank(comm.Get_rank())
-    obj = role(comm, buffer, resolved, grad_buffer, stat_buffer)
+    mpi.check_same(comm, describe(name, resolved, buffer, grad_buffer, stat_buffer, servers),
+                   "layout")
+    role = cls.for_rank(comm.Get_rank(), servers)
+    obj = role(comm, buffer, resolved, grad_buffer, stat_buffer, servers)
     obj.exchange.bcast(mpi.MAIN_RANK)
     if obj.stat_exchange is not None:
         obj.stat_exchange.bcast(mpi.MAIN_RANK)
     obj.initialized()
     lifecycle.track(obj)
     return obj
+
+
+def _check_servers(cls, servers, size):
+    """The server count S (1 when not given), or a UsageError."""
+    if servers is None:
+        return 1
+    if not cls.server_based:
+        raise UsageError("servers=%r: %s is a collective algorithm (every rank works); "
+                         "servers are for easgd, asgd and masgd" % (servers, cls.name))
+    if isinstance(servers, (bool, np.bool_)) or not isinstance(servers, numbers.Integral) \
+            or servers < 1:
+        raise UsageError("servers must be an integer >= 1, got %r" % (servers,))
+    if servers >= size and size > 1:
+        raise UsageError("%s with %d servers needs at least %d processes (the servers and one "
+                         "worker), got %d" % (cls.name, servers, servers + 1, size))
+    return int(servers)
 
 
 def _as_buffer(arrays, what):

@@ -31,8 +31,8 @@ class EasgdServer(Server):
 
     def serve(self, rank):
         reply = self.syncs                      # the worker gets x before this update
-        self.exchange.sendrecv(rank, self.incoming_exchange)
-        kernels.lerp(self.buffer.data, self.incoming.data, self.alpha)  # x += alpha (w_k - x)
+        self.center_exchange.sendrecv(rank, self.incoming_exchange)
+        kernels.lerp(self.center.data, self.incoming.data, self.alpha)  # x += alpha (w_k - x)
         return reply
 
 
@@ -45,11 +45,13 @@ class Easgd(ServerWorker):
 
     def initialized(self):
         super().initialized()
-        self.center = self.buffer.like()        # x, as received
-        self.center_exchange = mpi.Exchange(self.comm, self.center)
+        self.center = self.buffer.like()        # x, as received (every shard)
+        self.model_parts = self.shard_parts(self.exchange)
+        self.center_parts = self.shard_parts(mpi.Exchange(self.comm, self.center))
 
     def exchange_with_server(self):
-        send = self.exchange.isend(mpi.MAIN_RANK)
-        receive = self.center_exchange.irecv(mpi.MAIN_RANK)
-        self.await_server([receive], [send])
+        # one message each way per shard, all in flight at once
+        sends = [(s, part.isend(s)) for s, part in enumerate(self.model_parts)]
+        receives = [(s, part.irecv(s)) for s, part in enumerate(self.center_parts)]
+        self.await_server(receives, sends)
         kernels.lerp(self.buffer.data, self.center.data, self.alpha)  # w_k -= alpha (w_k - x)

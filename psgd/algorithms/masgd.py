@@ -35,8 +35,8 @@ class MasgdServer(AsgdServer):
     scope: str
 
     def initialized(self):
-        count = (self.node.size - 1) if self.scope == "worker" else 1
-        self.velocities = [self.buffer.like() for _ in range(count)]
+        count = self.N if self.scope == "worker" else 1
+        self.velocities = [self.center.like() for _ in range(count)]   # of this shard
         super().initialized()
 
     def restart(self):
@@ -45,14 +45,14 @@ class MasgdServer(AsgdServer):
             v.data.fill(0)
 
     def velocity(self, rank):
-        return self.velocities[rank - 1 if self.scope == "worker" else 0]
+        return self.velocities[rank - self.servers if self.scope == "worker" else 0]
 
     def update(self, rank, delta):
         gain = self.gain()
         if gain != 1.0:
             delta *= delta.dtype.type(gain)
         # v <- m v + delta_k;  x <- x + alpha v   (one pass; delta is scratch afterwards)
-        kernels.momentum_step(self.buffer.data, self.velocity(rank).data, delta,
+        kernels.momentum_step(self.center.data, self.velocity(rank).data, delta,
                               self.momentum, self.alpha)
 
     def state_dict(self):
@@ -75,10 +75,10 @@ class Masgd(Asgd):
     scope: str
 
     @classmethod
-    def resolve_options(cls, options, size):
+    def resolve_options(cls, options, size, servers=1):
         options = dict(options)
         if options.get("alpha") is None:
             m = cls.OPTIONS["momentum"].resolve("momentum", options.get("momentum"),
-                                                cls.workers(size))
+                                                cls.workers(size, servers))
             options["alpha"] = 1.0 - m
-        return super().resolve_options(options, size)
+        return super().resolve_options(options, size, servers)

@@ -24,6 +24,17 @@ its message is queued every other worker is served at most once before it: a
 worker in a tight loop cannot starve the others (MPI's ANY_SOURCE matching
 makes no such promise). Each log entry records when its message was seen.
 
+Shards. With `servers = S` > 1, ranks 0..S-1 each serve one contiguous shard
+[lo, hi) of the flat buffer (buffers.shard_bounds) with this same loop: their
+own sync count, log, staleness and ServerStats. A worker sends every control
+message to every server and trades each shard with its server. A server that
+gives up tells its workers as above; they answer it and finish with the
+others, so every server's run() ends; then the servers agree (one Allgather
+of [failed, code, sender, value] among them) and all raise, or servers
+1..S-1 send their shard to rank 0 (TAG_SHARD), whose params then hold the
+whole center. Where the rule depends on the service order (asgd/masgd's
+barrier_period), servers 1..S-1 serve in rank 0's order (service_order.py).
+
 Idle waits poll, spinning only where a message is likely and sleeping with a
 backoff up to `poll_max_sleep` otherwise (waiting.py), because MPICH and Open
 MPI spin in a blocking receive. While it serves a worker the server uses
@@ -36,16 +47,25 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import mpi
-from ..buffers import host_copy
+from ..buffers import host_copy, shard_bounds
 from ..errors import ProtocolError, UsageError
 from .base import Algorithm, Option
 from .server_stats import ServerStats, Service  # noqa: F401  (re-exported)
+from .service_order import LEADER_FAILED, ServiceOrder
 from .waiting import FIRST_SLEEP, Waiter
 
 # TAG_MSG = 0 and TAG_MODEL = 1 are the contract's; the failure notice gets its own.
 TAG_NOTICE = 2
+TAG_SHARD = 3                  # servers 1..S-1 -> rank 0: the shards of the center, after run()
 CONTROL_SLOTS = 4              # room to receive (and report) an over-long control message
 NOTICE_DONE, NOTICE_UNKNOWN, NOTICE_MALFORMED, NOTICE_SERVER_ERROR = 0, 1, 2, 3
+
+
+def notice_text(code, sender, value):
+    """What a failure notice [code, sender, value] says happened."""
+    return {NOTICE_UNKNOWN: "unknown control message %d from rank %d" % (value, sender),
+            NOTICE_MALFORMED: "malformed control message from rank %d" % sender,
+            }.get(code, "it failed (see rank %d's error)" % sender)
 
 
 def _sleep_range(v):
@@ -60,7 +80,7 @@ SERVER_OPTIONS = {"poll_max_sleep": Option(1e-3, _sleep_range)}
 
 
 class Server(Algorithm):
-    """Rank 0: serves control messages until every worker has finished.
+    """Ranks 0..S-1: each serves its shard until every worker has finished.
     Subclasses implement serve(rank) -> the update count of the center sent
     back, or None when the reply is held (then they call reply_held later)."""
 
@@ -68,16 +88,33 @@ class Server(Algorithm):
     server_based = True
     poll_max_sleep: float       # SERVER_OPTIONS
 
-    def initialized(self):
-        self.incoming = self.buffer.like()          # w_k or delta_k, as received
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        bounds = shard_bounds(self.buffer.size, self.servers)
+        self.shard = bounds[self.node.rank]         # [lo, hi): the elements this rank serves
+        if self.servers == 1:
+            self.center, self.center_exchange = self.buffer, self.exchange
+        else:
+            self.center_exchange = mpi.exchange_part(self.exchange, *self.shard)
+            self.center = self.center_exchange.buffer   # x: a view of this shard
+            self._gather = [mpi.exchange_part(self.exchange, lo, hi) for lo, hi in bounds]
+        self.incoming = self.center.like()          # w_k or delta_k, as received
         self.incoming_exchange = mpi.Exchange(self.comm, self.incoming)
-        self.workers_ranks = list(range(1, self.node.size))
+
+    def initialized(self):
+        self.server_comm = self.order = None
+        if self.servers > 1:                        # collective with the workers' Split
+            self.server_comm = self.comm.Split(0, self.node.rank)
+            if self.one_order():
+                self.order = ServiceOrder(self.comm, self.node.rank, self.servers)
+        self.workers_ranks = list(range(self.servers, self.node.size))
         self.running = set(self.workers_ranks)
         self.log = []                               # Service entries, in service order
         self.finished = []                          # (rank, syncs served when it finished)
         self.stats = None
         self.failure = None
         self._control = np.zeros((self.node.size, CONTROL_SLOTS), dtype=np.int64)
+        self._notice_sent = None                    # [code, sender, value] when it gave up
         self._requests = [MPI.REQUEST_NULL] * len(self.workers_ranks)
         self._statuses = [MPI.Status() for _ in self.workers_ranks]
         self._queue = collections.deque()           # (rank, message, n_k, arrived)
@@ -95,7 +132,8 @@ class Server(Algorithm):
         self._new_round = True
 
     def synchronize(self, n_k):
-        raise UsageError("rank 0 is the %s server: call run(), not synchronize()" % self.name)
+        raise UsageError("rank %d is a %s server: call run(), not synchronize()" % (
+            self.node.rank, self.name))
 
     def exit_action(self):
         """A server that never ran while a worker has asked for it: the
@@ -109,17 +147,19 @@ class Server(Algorithm):
                 # a worker's FINISHED needs no answer; a sync waits for one
                 self.comm.Recv([control, MPI.INT64_T], source=MPI.ANY_SOURCE, tag=mpi.TAG_MSG)
                 if control[0] != mpi.MSG_FINISHED:
-                    return "abort", "rank 0, the %s server, exits without ever calling run() " \
-                                    "while its workers wait for it" % self.name
+                    which = ("the %s server" if self.servers == 1 else
+                             "one of the %s servers") % self.name
+                    return "abort", "rank %d, %s, exits without ever calling run() while " \
+                                    "its workers wait for it" % (self.node.rank, which)
             else:
                 time.sleep(0.05)
         return None, None
 
     def state_dict(self):
-        return {"center": host_copy(self.buffer.data)}
+        return {"center": host_copy(self.center.data)}       # this rank's shard of x
 
     def _load_state(self, state):
-        self.buffer.data[...] = self.buffer.xp.asarray(state["center"])
+        self.center.data[...] = self.buffer.xp.asarray(state["center"])
         self.started_from = {rank: self.syncs for rank in self.workers_ranks}
 
     # the event loop ------------------------------------------------------------
@@ -133,32 +173,92 @@ class Server(Algorithm):
         self.running = set(self.workers_ranks)
         stats = self.stats = ServerStats(per_worker={r: [0, 0] for r in self.workers_ranks})
         wall, cpu = time.perf_counter(), time.process_time()
-        for rank in self.workers_ranks:
-            self._post(rank)
-        while self.running:
-            if self._queue:
-                self._poll(block=False)
-            else:
-                start = time.perf_counter()
-                self._poll(block=True)
-                stats.idle_s += time.perf_counter() - start
-            start = time.perf_counter()
-            try:
-                self._dispatch(*self._queue.popleft())
-            except (ProtocolError, KeyboardInterrupt):
-                raise
-            except Exception:
-                self._give_up(NOTICE_SERVER_ERROR, 0, 0, None)
-                raise
-            stats.busy_s += time.perf_counter() - start
+        try:
+            self._serve_all(stats)
+        except KeyboardInterrupt:
+            raise
+        except BaseException:
+            self._end_shards(failed=True)
+            raise
+        self._end_shards(failed=False)
         stats.wall_s = time.perf_counter() - wall
         stats.cpu_s = time.process_time() - cpu
         stats.syncs, stats.samples, stats.finished = self.syncs, self.samples, len(self.finished)
         self.busy_s, self.idle_s = stats.busy_s, stats.idle_s
         return stats
 
+    def _serve_all(self, stats):
+        for rank in self.workers_ranks:
+            self._post(rank)
+        follows = self.order is not None and not self.order.leads
+        while self.running:
+            if follows:
+                entry = self.order.next_entry(self, stats)
+            else:
+                if self._queue:
+                    self._poll(block=False)
+                else:
+                    start = time.perf_counter()
+                    self._poll(block=True)
+                    stats.idle_s += time.perf_counter() - start
+                entry = self._queue.popleft()
+            start = time.perf_counter()
+            try:
+                self._dispatch(*entry)
+            except (ProtocolError, KeyboardInterrupt):
+                raise
+            except Exception:
+                self._give_up(NOTICE_SERVER_ERROR, self.node.rank, 0, None)
+                raise
+            stats.busy_s += time.perf_counter() - start
+
+    def one_order(self):
+        """Whether every shard must serve in one order (subclasses say)."""
+        return False
+
+    def give_up_after_leader(self):
+        """A follower told that rank 0 gave up: so does it (raises)."""
+        self._give_up(NOTICE_SERVER_ERROR, 0, 0, "server rank 0 stopped")
+
+    def _end_shards(self, failed):
+        """S > 1, every server after its loop: agree on whether any failed
+        (then each raises), else bring every shard of x to rank 0's params."""
+        if self.server_comm is None:
+            return
+        mine = np.zeros(5, dtype=np.int64)
+        if failed:
+            mine[:4] = (1, *(self._notice_sent if self._notice_sent is not None
+                             else (NOTICE_SERVER_ERROR, self.node.rank, 0)))
+        if self.order is not None:
+            mine[4] = self.order.sent               # the leader's count of orders
+        status = np.zeros((self.servers, 5), dtype=np.int64)
+        self.server_comm.Allgather([mine, MPI.INT64_T], [status, MPI.INT64_T])
+        if self.order is not None and not self.order.leads:
+            self.order.drain(int(status[0, 4]))
+        bad = [s for s in range(self.servers) if status[s, 0]]
+        if bad:
+            if not failed:
+                _, code, sender, value = (int(v) for v in status[bad[0], :4])
+                self.failure = "%s server rank %d: server rank %d stopped: %s" % (
+                    self.name, self.node.rank, bad[0], notice_text(code, sender, value))
+                raise ProtocolError(self.failure)
+            return
+        if self.node.is_main:
+            for s in range(1, self.servers):
+                self._gather[s].recv(s, tag=TAG_SHARD)
+        else:
+            self.center_exchange.send(mpi.MAIN_RANK, tag=TAG_SHARD)
+
+    def close(self):
+        if self.comm is not None and self.server_comm is not None:
+            self.server_comm.Free()
+            self.server_comm = None
+        super().close()
+
     def _dispatch(self, rank, message, n_k, arrived):
         self._last = rank
+        if self.order is not None and self.order.leads:
+            self.order.tell(rank)
         if message == mpi.MSG_FINISHED:
             self._notify(rank, NOTICE_DONE)
             self.running.discard(rank)
@@ -195,7 +295,7 @@ class Server(Algorithm):
         """Answer the workers of the latest len(ranks) syncs, whose replies were
         held, all with the current center."""
         for rank in ranks:
-            self.exchange.send(rank)
+            self.center_exchange.send(rank)
             self.started_from[rank] = self.syncs
             self.replied(rank)
         for i in range(len(self.log) - len(ranks), len(self.log)):
@@ -203,7 +303,7 @@ class Server(Algorithm):
 
     # control messages ----------------------------------------------------------
     def _post(self, rank):
-        self._requests[rank - 1] = self.comm.Irecv(
+        self._requests[rank - self.servers] = self.comm.Irecv(
             [self._control[rank], MPI.INT64_T], source=rank, tag=mpi.TAG_MSG)
 
     def _poll(self, block, failing=False):
@@ -219,9 +319,11 @@ class Server(Algorithm):
         bad = []
         size = self.node.size
         # Seen in the same poll: round-robin, starting after the last one served.
-        order = sorted(range(len(done or ())), key=lambda j: (done[j] - self._last) % size)
+        first = self.servers
+        order = sorted(range(len(done or ())),
+                       key=lambda j: (done[j] + first - self._last - 1) % size)
         for j in order:
-            rank = done[j] + 1
+            rank = done[j] + first
             count = self._statuses[j].Get_count(MPI.INT64_T)
             message, n_k = int(self._control[rank, 0]), int(self._control[rank, 1])
             if count != 2:
@@ -246,12 +348,15 @@ class Server(Algorithm):
     def _give_up(self, code, sender, value, text):
         """Tell every running worker, drain what they still send, wait for each
         one's FINISHED, then raise (the original error is re-raised by run)."""
+        self._notice_sent = (code, sender, value)
+        if self.order is not None and self.order.leads:
+            self.order.tell(LEADER_FAILED)
         for rank in sorted(self.running):
             self._notify(rank, code, sender, value)
         waiting = set(self.running)       # the sender too: it is a psgd worker and will answer
         queued = {entry[0] for entry in self._queue}
         for rank in waiting - queued:     # the sender, or the one being served when an update failed
-            if self._requests[rank - 1] == MPI.REQUEST_NULL:
+            if self._requests[rank - self.servers] == MPI.REQUEST_NULL:
                 self._post(rank)
         delay = FIRST_SLEEP
         while waiting:

@@ -1,19 +1,24 @@
 """The worker side of the server algorithms' wire protocol (server.py holds
 the protocol's description and rank 0's event loop): control messages, the
 wait for the server's answer, FINISHED and its acknowledgement, and the
-failure notices every worker turns into the server's error."""
+failure notices every worker turns into the server's error. With S > 1
+servers every control message goes to each of them and each shard of the
+model is traded with its own server, all shards at once."""
 import numpy as np
 from mpi4py import MPI
 
 from .. import mpi
+from ..buffers import shard_bounds
 from ..errors import ProtocolError, UsageError
 from .base import Algorithm, _check_count
-from .server import NOTICE_DONE, NOTICE_MALFORMED, NOTICE_UNKNOWN, TAG_NOTICE
+from .server import NOTICE_DONE, TAG_NOTICE, notice_text
 from .waiting import Waiter
+
+NO_NOTICE = -1      # a notice slot not yet written
 
 
 class ServerWorker(Algorithm):
-    """Ranks 1..P-1 of a server algorithm. Subclasses implement
+    """Ranks S..P-1 of a server algorithm. Subclasses implement
     exchange_with_server(): the model traffic after the control message,
     waiting through await_server() so a failure notice can interrupt it."""
 
@@ -22,14 +27,19 @@ class ServerWorker(Algorithm):
     poll_max_sleep: float       # SERVER_OPTIONS: the longest sleep of await_server too
 
     @classmethod
-    def for_rank(cls, rank):
-        return cls.server if rank == mpi.MAIN_RANK else cls
+    def for_rank(cls, rank, servers=1):
+        return cls.server if rank < servers else cls
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.shards = shard_bounds(self.buffer.size, self.servers)   # [(lo, hi)] of each server
 
     def initialized(self):
+        if self.servers > 1:                # collective with the servers' Split
+            self.comm.Split(MPI.UNDEFINED, self.node.rank)
         self._control = np.zeros(2, dtype=np.int64)
-        self._notice = np.zeros(3, dtype=np.int64)
-        self._notice_request = self.comm.Irecv([self._notice, MPI.INT64_T],
-                                               source=mpi.MAIN_RANK, tag=TAG_NOTICE)
+        self._notice = np.zeros((self.servers, 3), dtype=np.int64)   # one per server
+        self._post_notices()
         self.stopped = False
         self.in_round = False           # synced since the last stop()
         self.failure = None
@@ -57,8 +67,8 @@ class ServerWorker(Algorithm):
         self._check_running()
         self._send_control(mpi.MSG_FINISHED, 0)
         self.stopped, self.in_round = True, False
-        self._notice_request.Wait()       # "done", or why the server gave up
-        if self._notice[0] != NOTICE_DONE:
+        MPI.Request.Waitall(self._notice_requests)   # "done", or why a server gave up
+        if (self._notice[:, 0] != NOTICE_DONE).any():
             self._fail(acknowledge=False)
 
     def begin_round(self):
@@ -69,9 +79,19 @@ class ServerWorker(Algorithm):
         if not self.stopped:
             raise UsageError("%s worker %d: begin_round() before stop()" % (
                 self.name, self.node.rank))
-        self._notice_request = self.comm.Irecv([self._notice, MPI.INT64_T],
-                                               source=mpi.MAIN_RANK, tag=TAG_NOTICE)
+        self._post_notices()
         self.stopped = False
+
+    def _post_notices(self):
+        self._notice[:, 0] = NO_NOTICE
+        self._notice_requests = [self.comm.Irecv([self._notice[s], MPI.INT64_T], source=s,
+                                                 tag=TAG_NOTICE) for s in range(self.servers)]
+
+    def shard_parts(self, exchange):
+        """[Exchange of shard s's elements] for s = 0..S-1 (the whole when S = 1)."""
+        if self.servers == 1:
+            return [exchange]
+        return [mpi.exchange_part(exchange, lo, hi) for lo, hi in self.shards]
 
     def exchange_with_server(self):
         raise NotImplementedError
@@ -84,31 +104,45 @@ class ServerWorker(Algorithm):
 
     def close(self):
         """Collective: withdraw the notice receive still posted, then free."""
-        if self.comm is not None and self._notice_request != MPI.REQUEST_NULL:
-            self._notice_request.Cancel()
-            self._notice_request.Wait()
+        if self.comm is not None:
+            for request in self._notice_requests:
+                if request != MPI.REQUEST_NULL:
+                    request.Cancel()
+                    request.Wait()
         super().close()
 
     def await_server(self, receives, sends=()):
-        """Wait for this exchange's requests (mpi.Request of Exchange.irecv/
-        isend) unless the server's notice comes first: then withdraw the
-        receives, acknowledge and raise. Returns once the receives are staged in.
+        """Wait for this exchange's requests ((server, mpi.Request) pairs of
+        Exchange.irecv/isend) unless a server's notice comes first: then
+        withdraw the receives from that server, let the others finish,
+        acknowledge and raise. Returns once the receives are staged in.
         Waits by the Waiter's policy: MPI's Waitany would spin for as long as
-        the server takes."""
-        pending = [r for request in list(receives) + list(sends) for r in request.requests]
+        the servers take."""
+        pending = [r for _, request in list(receives) + list(sends) for r in request.requests]
+        failed = set()
 
-        def outcome():      # None while neither the exchange nor a notice is done
+        def outcome():      # None while the exchange is not done and no new notice came
             if MPI.Request.Testall(pending):
-                return "done"
-            return "notice" if self._notice_request.Test() else None
-        if pending and self._waiter.wait(outcome) == "notice":
-            for request in receives:
-                request.cancel()
-            for request in sends:              # they complete: the server drains them
-                request.wait()
+                return "done", None
+            gone = [s for s in range(self.servers)
+                    if s not in failed and self._notice_requests[s].Test()]
+            return ("notice", gone[0]) if gone else None
+        while pending:
+            what, gone = self._waiter.wait(outcome)
+            if what == "done":
+                break
+            failed.add(gone)
+            for s, request in receives:
+                if s == gone:
+                    request.cancel()
+            for s, request in sends:           # they complete: the server drains them
+                if s == gone:
+                    request.wait()
+        for s, request in receives:
+            if s not in failed:
+                request.wait()                 # the stage-in
+        if failed:
             self._fail()
-        for request in receives:
-            request.wait()                     # the stage-in
 
     def exit_action(self):
         if self.comm is None or self.stopped or self.failure is not None:
@@ -125,7 +159,8 @@ class ServerWorker(Algorithm):
 
     def _send_control(self, message, n_k):
         self._control[:] = (message, n_k)
-        self.comm.Send([self._control, MPI.INT64_T], dest=mpi.MAIN_RANK, tag=mpi.TAG_MSG)
+        for server in range(self.servers):
+            self.comm.Send([self._control, MPI.INT64_T], dest=server, tag=mpi.TAG_MSG)
 
     def _count(self, n_k, call):
         n_k, problem = _check_count(n_k, self.node.size)
@@ -139,16 +174,21 @@ class ServerWorker(Algorithm):
         if self.stopped:
             raise UsageError("%s worker %d: synchronize after stop (begin_round() starts another "
                              "round)" % (self.name, self.node.rank))
-        if self._notice_request.Test():
+        if any(request.Test() for request in self._notice_requests):
             self._fail()
 
     def _fail(self, acknowledge=True):
-        code, sender, value = (int(v) for v in self._notice)
-        what = {NOTICE_UNKNOWN: "unknown control message %d from rank %d" % (value, sender),
-                NOTICE_MALFORMED: "malformed control message from rank %d" % sender,
-                }.get(code, "it failed (see rank 0's error)")
-        self.failure = "rank %d: the %s server stopped: %s" % (self.node.rank, self.name, what)
+        """A server gave up: FINISHED to every server (the one that gave up
+        waits for it, the others end this worker's round), each one's last
+        notice received, then raise the first failing server's reason."""
         if acknowledge:
             self._send_control(mpi.MSG_FINISHED, 0)
+            MPI.Request.Waitall(self._notice_requests)
+        gone = [s for s in range(self.servers)
+                if self._notice[s, 0] not in (NO_NOTICE, NOTICE_DONE)]
+        code, sender, value = (int(v) for v in self._notice[gone[0]])
+        server = "server" if self.servers == 1 else "server (rank %d)" % gone[0]
+        self.failure = "rank %d: the %s %s stopped: %s" % (
+            self.node.rank, self.name, server, notice_text(code, sender, value))
         self.stopped = True
         raise ProtocolError(self.failure)

@@ -13,7 +13,7 @@ MODEL_FLAGS = ("hidden", "channels", "lstm_cells", "dropout", "batchnorm")
 FIXED_ON_RESUME = ("algo", "model", "hidden", "channels", "lstm_cells", "batchnorm", "dropout",
                    "num_samples", "feats", "targets", "cv_feats", "cv_targets", "splice",
                    "num_classes", "cmvn", "optimizer", "model_parallel", "sync_bn", "bptt",
-                   "lr_schedule")
+                   "lr_schedule", "servers")
 # Read from the flags every epoch: a new value simply holds from the resumed epoch on.
 FOLLOWED_ON_RESUME = ("epochs", "minibatch_size", "sync_period", "seed", "lr_decay",
                       "newbob_start", "newbob_end", "newbob_factor", "alpha", "weighting",

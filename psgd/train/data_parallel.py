@@ -1,6 +1,6 @@
 """How a step and a sync happen in data-parallel training: every rank holds
 the whole model, trains its shard and synchronizes through the chosen
-algorithm (rank 0 serves under a server algorithm).
+algorithm (ranks 0..S-1 serve, one shard each, under a server algorithm).
 
 The Trainer's epoch loop talks to this object, or to hybrid.ModelParallel,
 through the same small interface (see Trainer): roles, build, train_epoch,
@@ -26,9 +26,10 @@ class DataParallel:
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.algorithm = REGISTRY[args.algo]
         self.server_based = self.algorithm.server_based
-        self.is_server = self.server_based and self.rank == mpi.MAIN_RANK
-        self.num_workers = self.algorithm.workers(self.size)
-        first_worker = self.size - self.num_workers   # the server, when there is one, is rank 0
+        self.servers = (getattr(args, "servers", None) or 1) if self.server_based else 0
+        self.is_server = self.rank < self.servers
+        self.num_workers = self.algorithm.workers(self.size, max(self.servers, 1))
+        first_worker = self.size - self.num_workers   # the servers, when there are any, come first
         self.worker_index = None if self.is_server else self.rank - first_worker
         self.gradients_averaged = getattr(self.algorithm, "needs_grads", False)
         self.server_totals = ServerTotals()
@@ -40,6 +41,9 @@ class DataParallel:
         if self.server_based and self.size < 2:
             raise UsageError("%s needs a server and at least one worker: run with "
                              "mpirun -np 2 or more" % self.args.algo)
+        if self.server_based and self.num_workers < 1:
+            raise UsageError("--servers %d leaves no worker: run with mpirun -np %d or more" % (
+                self.servers, self.servers + 1))
 
     def build(self, net, optimizer, backend, data):
         """Collective: the algorithm takes over the network's buffers.
@@ -50,6 +54,7 @@ class DataParallel:
         self.sync = create(args.algo, net.params, comm=self.comm,
                            grads=net.grads if self.gradients_averaged else None,
                            stats=net.stat_buffer.views if not self.server_based else None,
+                           servers=self.servers if self.server_based else None,
                            **algorithm_options(args, self.num_workers))
         net.rebind(self.sync.params, self.sync.grads)
         # The server algorithms do not average BatchNorm statistics: the
@@ -68,8 +73,7 @@ class DataParallel:
         a = self.args
         return ("%s on %d ranks (%d workers%s), %s: %d params, %s data %d train / %d "
                 "held-out examples, backend %s" % (
-                    a.algo, self.size, self.num_workers, ", rank 0 serves" if self.server_based
-                    else "", a.model, net.num_params, data.name, data.total_train,
+                    a.algo, self.size, self.num_workers, _who_serves(self.servers), a.model, net.num_params, data.name, data.total_train,
                     data.total_eval, backend.name))
 
     def title(self):
@@ -217,8 +221,11 @@ class DataParallel:
 
     def closing_lines(self, say, main):
         """Collective: the last log lines about how the run went."""
-        if self.is_server and say:
-            kaldi_log(self.server_totals.line(), "finish")
+        if self.server_based:
+            shards = self.server_totals.gather(self.comm, self.is_server, self.servers)
+            if say:
+                for line in shards:
+                    kaldi_log(line, "finish")
         dropped = np.array([self.guard.dropped], dtype=np.int64)
         self.comm.Allreduce(MPI.IN_PLACE, [dropped, MPI.INT64_T], op=MPI.SUM)
         if dropped[0] and main:  # even with --quiet: the model lacks their work
@@ -231,6 +238,10 @@ class DataParallel:
     def close(self):
         if self.sync is not None:
             self.sync.close()
+
+
+def _who_serves(servers):
+    return {0: "", 1: ", rank 0 serves"}.get(servers, ", ranks 0-%d serve" % (servers - 1))
 
 
 def _ended_early(epoch, loss_sum, frames_seen):

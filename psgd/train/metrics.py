@@ -8,6 +8,9 @@ import sys
 import time
 import warnings
 
+import numpy as np
+from mpi4py import MPI
+
 from ..errors import UsageError
 from .outputs import atomic_write
 
@@ -130,11 +133,38 @@ class ServerTotals:
                                      "staleness_max": s.staleness_max,
                                      "staleness_hist": list(s.staleness)}
 
-    def line(self):
+    def summary(self):
+        """[syncs, samples, busy, idle, wall, cpu, staleness mean, max] as float64."""
         total = sum(self.staleness)
         mean = sum(i * c for i, c in enumerate(self.staleness)) / total if total else 0.0
-        return ("server: %d syncs served, %d samples; busy %.2fs, idle %.2fs of %.2fs, "
-                "CPU %.0f%% of its wall time; staleness mean %.2f, max %d" % (
-                    self.syncs, self.samples, self.busy_s, self.idle_s, self.wall_s,
-                    100 * self.cpu_s / max(self.wall_s, 1e-9), mean,
-                    max((i for i, c in enumerate(self.staleness) if c), default=0)))
+        return np.array([self.syncs, self.samples, self.busy_s, self.idle_s, self.wall_s,
+                         self.cpu_s, mean, max((i for i, c in enumerate(self.staleness) if c),
+                                               default=0)], dtype=np.float64)
+
+    def line(self):
+        return _server_line("server", self.summary())
+
+    def gather(self, comm, is_server, servers):
+        """Collective: rank 0 gets every server's summary (one Gather of
+        float64 rows, workers' rows empty) and returns one line per shard;
+        the others return []."""
+        rows = np.zeros((comm.Get_size(), len(_SUMMARY)), dtype=np.float64) \
+            if comm.Get_rank() == 0 else None
+        mine = self.summary() if is_server else np.zeros(len(_SUMMARY))
+        comm.Gather([mine, MPI.DOUBLE], [rows, MPI.DOUBLE] if rows is not None else None, root=0)
+        if rows is None:
+            return []
+        if servers == 1:
+            return [_server_line("server", rows[0])]
+        return [_server_line("server rank %d (shard %d of %d)" % (s, s + 1, servers), rows[s])
+                for s in range(servers)]
+
+
+_SUMMARY = ("syncs", "samples", "busy_s", "idle_s", "wall_s", "cpu_s", "mean", "max")
+
+
+def _server_line(who, row):
+    syncs, samples, busy, idle, wall, cpu, mean, most = row
+    return ("%s: %d syncs served, %d samples; busy %.2fs, idle %.2fs of %.2fs, "
+            "CPU %.0f%% of its wall time; staleness mean %.2f, max %d" % (
+                who, syncs, samples, busy, idle, wall, 100 * cpu / max(wall, 1e-9), mean, most))

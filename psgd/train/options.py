@@ -73,6 +73,9 @@ def build_parser(prog="psgd-train"):
     g.add_argument("--outer-lr", type=finite_float, help="sod outer learning rate (default 0.7)")
     g.add_argument("--outer-momentum", type=finite_float, help="sod outer momentum (default 0.9)")
     g.add_argument("--barrier-period", type=int, help="asgd/masgd bounded staleness K")
+    g.add_argument("--servers", type=int, default=None, metavar="S",
+                   help="easgd/asgd/masgd: ranks 0..S-1 serve, each one shard of the "
+                        "model (default 1)")
     g.add_argument("--masgd-momentum", type=finite_float, help="masgd server momentum m (default 0.9)")
     g.add_argument("--masgd-scope", choices=("worker", "global"), help="masgd momentum scope")
     g.add_argument("--staleness-compensation", choices=("none", "scale", "dc"),
@@ -217,6 +220,14 @@ def validate(args):
     if args.dropout is not None and not 0 <= args.dropout < 1:
         raise UsageError("--dropout must be in [0, 1), got %r" % args.dropout)
     cls = REGISTRY[args.algo]
+    servers = getattr(args, "servers", None)
+    if servers is not None:
+        if not cls.server_based or getattr(args, "model_parallel", False):
+            raise UsageError("--servers applies to --algo easgd, asgd and masgd (data "
+                             "parallel), not %s" % ("--model-parallel" if cls.server_based
+                                                    else "--algo " + args.algo))
+        if servers < 1:
+            raise UsageError("--servers must be >= 1, got %d" % servers)
     for flag, option in ALGORITHM_FLAGS.items():
         if getattr(args, flag) is not None and option not in cls.OPTIONS:
             raise UsageError("--%s does not apply to --algo %s" % (flag.replace("_", "-"), args.algo))

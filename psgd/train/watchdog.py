@@ -207,20 +207,23 @@ def stall_report(table, seen_at, now, timeout, running):
     late = [r for r in range(size) if (phase[r] == COMPUTING and elapsed[r] > timeout)
             or (phase[r] < 0 and running > timeout)]
     stuck = [r for r in waiting if phase[r] == SYNCING and elapsed[r] > timeout]
+    serving = [r for r in range(size) if phase[r] == SERVING]   # ranks 0..S-1 under --servers S
     if not late and stuck and all(phase[r] in WAITING for r in range(size)):
-        if phase[0] == SERVING:
-            # Every worker waits and the server has been asked: it is the one.
-            late = [0]
-            waiting.remove(0)
+        if serving:
+            # Every worker waits and the servers have been asked: one of them is it.
+            late = serving
+            for r in serving:
+                waiting.remove(r)
         elif all(elapsed[r] > timeout for r in range(size)):
             line = "psgd: stall: every rank has waited for more than %gs (stuck in MPI?): %s" % (
                 timeout, ", ".join(_describe(r, table[r], elapsed[r]) for r in range(size)))
             return line, ("all",) + tuple(int(table[r, 2]) for r in stuck)
     if not late:
         return None
-    if late == [0] and phase[0] == SERVING:
-        what = ["rank 0 (the server, epoch %d: no answer for %.1fs)" % (
-            table[0, 1] + 1, max(elapsed[r] for r in stuck))]
+    if late and late == serving:
+        what = ["rank %d (%s server, epoch %d: no answer for %.1fs)" % (
+            r, "the" if late == [0] else "a", table[r, 1] + 1, max(elapsed[w] for w in stuck))
+            for r in late]
     else:
         what = [_describe(r, table[r], elapsed[r]) for r in late]
     line = "psgd: stall: not arrived after %gs: %s; waiting: %s" % (

@@ -74,3 +74,17 @@ def test_pipelined_replay_on_device(comm, xp, name):
     with pipeline.Pipelined(4) as pipe:
         sync = collective.check(comm, name, update, final_of, xp=xp, **options)
     assert pipe.calls > 0 and sync.buffer.on_device
+
+
+@pytest.mark.parametrize("name", ["easgd", "masgd"])
+def test_sharded_server_replay_on_device(comm, xp, name):
+    """servers = size - 1: each shard goes through its slice of the pinned
+    mirror (staged) or the device buffer (direct), and rank 0 gathers them."""
+    if comm.size < 3:
+        pytest.skip("two servers need three ranks")
+    from shard_plans import check_sharded_replay
+    replay = {"easgd": lambda x, log, f: reference.easgd(x, log, f, 0.5),
+              "masgd": lambda x, log, f: reference.asgd(x, log, f, 0.1, 0.9, "worker")}[name]
+    options = {"alpha": 0.5} if name == "easgd" else {}
+    obj, _ = check_sharded_replay(comm, name, replay, comm.size - 1, xp=xp, **options)
+    assert obj.buffer.on_device

@@ -77,6 +77,29 @@ def test_nonblocking_calls_stage_in_before_wait_returns(comm, xp):
     np.testing.assert_array_equal(host_copy(got), 3 * (np.arange(11.0) + 100 * prev))
 
 
+def test_a_part_moves_only_its_slice_and_keeps_the_discipline(comm, xp):
+    """mpi.exchange_part (a server's shard): elements [3, 9) of the buffer,
+    across a tensor boundary, through the slice of the whole's pinned mirror."""
+    rank, size = comm.rank, comm.size
+    buf = device_buffer(xp, rank)
+    whole = mpi.Exchange(comm, buf)
+    part = mpi.exchange_part(whole, 3, 9)
+    assert part.direct == whole.direct and part.buffer.size == 6
+    if buf.on_device and not whole.direct:
+        assert np.shares_memory(part.buffer.host, buf.host)
+    landing = buf.copy()
+    landing.data += 1                        # a kernel still writing the landing buffer
+    receive = mpi.exchange_part(mpi.Exchange(comm, landing), 3, 9).irecv((rank - 1) % size)
+    buf.data *= 2                            # queued before the send: MPI must see it
+    part.isend((rank + 1) % size).wait()
+    receive.wait()
+    assert settled(xp)
+    prev = (rank - 1) % size
+    expected = np.arange(11.0) + 100 * rank + 1
+    expected[3:9] = 2 * (np.arange(3.0, 9.0) + 100 * prev)
+    np.testing.assert_array_equal(host_copy(landing.data), expected)
+
+
 def test_collectives_on_device_arrays(comm, xp):
     coll = Collectives(comm)
     rank, size = comm.rank, comm.size
