@@ -10,7 +10,8 @@ import pytest
 
 from launch_util import psgd_train
 
-pytestmark = pytest.mark.timeout(300)
+# what it checks (accuracy, numerics, files) does not depend on the MPI library
+pytestmark = [pytest.mark.timeout(300), pytest.mark.one_mpi]
 
 
 def final_accuracy(tmp_path, np_, *flags):

@@ -8,7 +8,8 @@ import pytest
 from kaldi_corpus import write_corpus
 from launch_util import MPIRUN, ROOT, mpi_env
 
-pytestmark = pytest.mark.timeout(300)
+# what it checks (accuracy, numerics, files) does not depend on the MPI library
+pytestmark = [pytest.mark.timeout(300), pytest.mark.one_mpi]
 
 
 def run_script(name, *args, timeout=240):

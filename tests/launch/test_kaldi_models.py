@@ -12,7 +12,8 @@ import pytest
 from kaldi_corpus import write_corpus
 from launch_util import ROOT, assert_clean_failure, psgd_train
 
-pytestmark = pytest.mark.timeout(300)
+# what it checks (accuracy, numerics, files) does not depend on the MPI library
+pytestmark = [pytest.mark.timeout(300), pytest.mark.one_mpi]
 
 MLP = ["--model", "mlp", "--hidden", "32", "--splice", "2", "--minibatch-size", "16"]
 

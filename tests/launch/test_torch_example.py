@@ -7,7 +7,8 @@ import pytest
 from launch_util import mpirun
 
 pytest.importorskip("torch")
-pytestmark = pytest.mark.timeout(300)
+# what it checks (accuracy, numerics, files) does not depend on the MPI library
+pytestmark = [pytest.mark.timeout(300), pytest.mark.one_mpi]
 
 
 @pytest.mark.parametrize("algo", ["syncgrad", "easgd"])
