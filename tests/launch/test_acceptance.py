@@ -29,11 +29,12 @@ def one_worker(tmp_path_factory):
 
 
 # Allowed gap to one worker (96.1% at the default seed), in accuracy. Measured
-# at np 5 with the defaults of this commit: bsp and sod within 2 points;
-# easgd 93.5% (2.6), masgd 93.4% (2.7), syncgrad 92.0% (4.1), asgd 90.5% (5.6:
-# 4 workers, timing-dependent), bmuf 90.4% (5.7). BENCHMARKS.md has the gaps
-# over seeds and why they stay open.
-MAX_GAP = {"bsp": 0.02, "sod": 0.02, "easgd": 0.045, "masgd": 0.05, "syncgrad": 0.05,
+# at np 5 with the defaults of this commit: bsp and sod within 2 points,
+# syncgrad 95.1% (1.0; with the large-batch rule, was 92.0%); easgd 93.5%
+# (2.6), masgd 93.4% (2.7), asgd 90.5% (5.6: 4 workers, timing-dependent),
+# bmuf 90.4% (5.7). BENCHMARKS.md has the gaps over seeds and why they stay
+# open.
+MAX_GAP = {"bsp": 0.02, "sod": 0.02, "syncgrad": 0.02, "easgd": 0.045, "masgd": 0.05,
            "asgd": 0.08, "bmuf": 0.07}
 
 

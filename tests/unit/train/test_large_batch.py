@@ -21,7 +21,7 @@ def test_warmup_ramps_from_above_the_one_worker_rate_to_the_scaled_rate():
 
 
 @pytest.mark.parametrize("algo,scaled", [("bsp", True), ("sod", True), ("easgd", True),
-                                         ("syncgrad", False), ("asgd", False)])
+                                         ("syncgrad", True), ("asgd", False)])
 def test_which_algorithms_scale_and_the_flag_that_turns_it_off(algo, scaled):
     assert lr_scale(make_config(algo=algo), 4) == (2.0 if scaled else 1.0)
     assert lr_scale(make_config(algo=algo, lr_scaling=False), 4) == 1.0
