@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/run_all.py            # the full run (make bench)
     .venv/bin/python benchmarks/run_all.py --quick    # a smoke run, small sizes
-    .venv/bin/python benchmarks/run_all.py --only sync_overhead,memory
+    .venv/bin/python benchmarks/run_all.py --only sync_overhead,memory  # the rest kept
     .venv/bin/python benchmarks/run_all.py --regime shm  # MPI through shared memory only
 
 MPI parts are launched with the mpirun beside this interpreter; the
@@ -11,7 +11,9 @@ MPI forced through its network path (`--regime`, benchmarks/common.py). Results
 (JSON, PNG) go to benchmarks/results/; BENCHMARKS.md references them. The
 machine's other load is sampled before the run and between sections (the
 CPU share used while no benchmark runs) and reported, since timings on a
-shared machine are only as good as its quiet.
+shared machine are only as good as its quiet. With --only, the other
+sections stay in BENCHMARKS.md, re-rendered from their saved results, and
+the closing table says when each section was measured.
 """
 import argparse
 import inspect
@@ -72,6 +74,7 @@ def main(argv=None):
     if args.render:
         return render_saved(chosen, args.out)
     started = time.time()
+    measured = _saved_meta().get("measured", {})
     machine = common.machine_info()
     busy = {"before": cpu_busy(2.0), "between": []}
     load = [common.load_average()]
@@ -91,27 +94,54 @@ def main(argv=None):
                                      [:400] if str(exc).strip() else type(exc).__name__,
                                      ["%s: failed" % name])
         timings[name] = time.time() - t0
+        measured[name] = {"at": t0, "seconds": timings[name], "quick": args.quick}
         sections.append(section)
         busy["between"].append(cpu_busy(1.0))
         load.append(common.load_average())
         print("   %.0f s" % timings[name], flush=True)
-    text = render(machine, busy, load, sections, timings, started, args.quick)
+    sections = _with_saved(chosen, dict(zip(chosen, sections)))
+    text = render(machine, busy, load, sections, timings, started, args.quick,
+                  measured=measured, chosen=chosen)
     with open(args.out, "w") as f:
         f.write(text)
     common.save_json("run_all.json", {"machine": machine, "busy": busy, "load": load,
                                       "timings": timings, "quick": args.quick,
-                                      "started": started, "minutes": (time.time() - started) / 60})
+                                      "started": started, "minutes": (time.time() - started) / 60,
+                                      "measured": measured, "chosen": list(chosen)})
     print("wrote %s (%.0f s)" % (args.out, time.time() - started))
     return 0
+
+
+def _saved_meta():
+    try:
+        return common.load_json("run_all.json")
+    except (OSError, ValueError):
+        return {}
+
+
+def _with_saved(chosen, fresh):
+    """Every section in report order: those just measured, and the others
+    re-rendered from their saved results where there are any."""
+    out = []
+    for name in SECTIONS:
+        if name in fresh:
+            out.append(fresh[name])
+            continue
+        try:
+            out.append(__import__(name).rerender())
+        except (OSError, ValueError, KeyError):
+            pass   # never measured: nothing to show
+    return out
 
 
 def render_saved(chosen, out):
     """BENCHMARKS.md again from the last run's saved results (after editing
     the report code or FINDINGS.md)."""
     meta = common.load_json("run_all.json")
-    sections = [__import__(name).rerender() for name in chosen]
+    sections = _with_saved((), {})
     text = render(meta["machine"], meta["busy"], meta["load"], sections, meta["timings"],
-                  meta["started"], meta["quick"], meta["minutes"])
+                  meta["started"], meta["quick"], meta["minutes"],
+                  measured=meta.get("measured", {}), chosen=meta.get("chosen", SECTIONS))
     with open(out, "w") as f:
         f.write(text)
     print("wrote %s from saved results" % out)
@@ -122,7 +152,12 @@ def _pct(x):
     return "n/a" if x is None else "%.0f%%" % (100 * x)
 
 
-def render(machine, busy, load, sections, timings, started, quick, minutes=None):
+def _utc(t):
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def render(machine, busy, load, sections, timings, started, quick, minutes=None,
+           measured=None, chosen=SECTIONS):
     cores = machine["cores"] or 1
     between = [b for b in busy["between"] if b is not None]
     worst_between = max(between) if between else None
@@ -133,10 +168,16 @@ def render(machine, busy, load, sections, timings, started, quick, minutes=None)
            "Every figure below is a ratio or a curve measured in this one run; re-running "
            "rewrites this file. Scripts: `benchmarks/`; raw results and plots: "
            "`benchmarks/results/`." % (" --quick" if quick else "",
-                                        datetime.datetime.utcfromtimestamp(started)
-                                        .strftime("%Y-%m-%d %H:%M"),
+                                        _utc(started),
                                         minutes if minutes is not None
                                         else (time.time() - started) / 60), ""]
+    kept = [k for k in (measured or {}) if k not in chosen]
+    if kept:
+        out[-2] = out[-2].replace(
+            "Every figure below is a ratio or a curve measured in this one run",
+            "This run measured %s; %s come from earlier runs (the last table says when), "
+            "re-rendered from their saved results. Within a section every figure is a ratio "
+            "or a curve measured in one run" % (", ".join(chosen), ", ".join(kept)))
     if quick:
         out += ["**This is a --quick smoke run: small sizes and few repeats; do not read the "
                 "numbers as measurements.**", ""]
@@ -161,8 +202,11 @@ def render(machine, busy, load, sections, timings, started, quick, minutes=None)
     if os.path.exists(findings):
         with open(findings) as f:
             out += [f.read().strip(), ""]
-    out += ["## Time per section", "", common.table(["section", "seconds"], [
-        [k, "%.0f" % timings[k]] for k in SECTIONS if k in timings]), ""]
+    measured = measured or {k: {"at": started, "seconds": v} for k, v in timings.items()}
+    out += ["## Time per section", "", common.table(["section", "seconds", "measured (UTC)"], [
+        [k, "%.0f" % measured[k]["seconds"] if measured[k].get("seconds") else "-", (measured[k].get("when") or _utc(measured[k]["at"]))
+         + (" (--quick)" if measured[k].get("quick") else "")]
+        for k in SECTIONS if k in measured]), ""]
     return "\n".join(out).replace("\n\n\n", "\n\n")
 
 

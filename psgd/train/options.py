@@ -357,8 +357,9 @@ ASGD_DC_FROM = 8
 # easgd 88.1% -> 91.8%, sod 94.2% -> 94.6%, and with the 2-epoch warm-up bsp
 # 95.4%. syncgrad, over seeds 1-3 (one worker 96.5 / 95.1 / 94.7%): gap to one
 # worker at 2 / 4 / 8 workers 1.2 / 1.3 / 2.4 points at the one-worker rate,
-# 0.3 / 0.7 / 1.0 scaled with the warm-up (seed 1 alone had shown no gain:
-# 94.7% -> 94.3%, the reason it was once left out). Not for bmuf (its block
+# 0.3 / 1.4 / 0.8 scaled with the warm-up (BENCHMARKS.md; at 3 / 5 / 9
+# workers 0.3 / 0.7 / 1.0). Seed 1 alone had shown no gain (94.7% -> 94.3%),
+# the reason it was once left out. Not for bmuf (its block
 # momentum 1 - 1/N already multiplies the block step by N: 92.8% -> 92.2%
 # scaled; bmuf_lr_factor has its own rule) or the asgd family (their rates are
 # set for the staleness, default_lr).
