@@ -360,8 +360,8 @@ def child_args(argv=None):
 def child_main(fn, argv):
     """Run a child's measuring function so that an exception on any rank
     ends the whole job (MPI_Abort) instead of leaving the others waiting."""
-    from psgd import mpi
-    mpi.abort_on_error()
+    from psgd import agreement
+    agreement.abort_on_error()
     fn(argv)
 
 

@@ -17,7 +17,7 @@ from mpi4py import MPI
 
 import psgd.torch                                                     # psgd 1/3
 from psgd.data import load_mnist1d, shard_range
-from psgd.mpi import abort_on_error
+from psgd.agreement import abort_on_error
 
 
 def mnist1d_cnn(channels=(32, 32, 32), hidden=256, classes=10, length=40):

@@ -26,7 +26,7 @@ then holds the center.
 import numpy as np
 import torch
 
-from . import algorithms, mpi
+from . import agreement, algorithms, mpi
 from .algorithms.base import CollectiveWorker
 from .buffers import FlatBuffer
 from .errors import UsageError
@@ -48,7 +48,7 @@ def create(name, model, comm=None, buffers=False, **options):
         plan = _Plan(name, model, buffers)
     except UsageError as exc:
         error = exc
-    mpi.agree(comm, error)
+    agreement.agree(comm, error)
     params = plan.bind(plan.params)
     grads = plan.bind_grads() if plan.needs_grads else None
     stats = plan.bind(plan.buffers) if plan.buffers else None
@@ -193,7 +193,7 @@ class TorchSync(mpi.Closeable):
             except (RuntimeError, KeyError, TypeError, ValueError) as exc:
                 error = exc if isinstance(exc, UsageError) else UsageError(
                     "load_state_dict: %s" % str(exc).strip().splitlines()[0])
-        mpi.agree(self.algorithm.comm, error)
+        agreement.agree(self.algorithm.comm, error)
         self._check_binding()
         if self._device.type == "cuda":
             torch.cuda.current_stream(self._device).synchronize()

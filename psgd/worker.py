@@ -8,7 +8,7 @@ import warnings
 
 from mpi4py import MPI
 
-from . import mpi
+from . import agreement
 from .algorithms import lifecycle
 from .errors import NonFiniteError, UsageError, is_collective
 from .train import parse_args, run
@@ -21,7 +21,7 @@ def _one_line_warnings(message, category, filename, lineno, file=None, line=None
 
 
 def main(argv=None):
-    mpi.abort_on_error()
+    agreement.abort_on_error()
     warnings.showwarning = _one_line_warnings
     try:
         args = parse_args(argv)

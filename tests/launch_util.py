@@ -3,6 +3,7 @@ Python, the repository on PYTHONPATH, a hard timeout, output captured."""
 import os
 import subprocess
 import sys
+import textwrap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MPIRUN = os.path.join(os.path.dirname(sys.executable), "mpirun")
@@ -53,6 +54,20 @@ def mpi_env():
     return {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
             "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe",   # Open MPI 5
             "OMPI_MCA_rmaps_base_oversubscribe": "1"}                    # Open MPI 4
+
+
+# What a python_job's body can use without importing it.
+PYTHON_JOB_PRELUDE = ("import sys, time\nimport numpy as np\nfrom mpi4py import MPI\nimport psgd\n"
+                      "from psgd import agreement, mpi\nfrom psgd.errors import ProtocolError\n")
+
+
+def python_job(np, body, hook=True, timeout=90):
+    """CompletedProcess of `python -c BODY` (dedented, after PYTHON_JOB_PRELUDE)
+    on NP ranks; hook: agreement.abort_on_error() first, as the worker CLI
+    does. PSGD_TRACEBACK is cleared: a failure must be its one line."""
+    code = (PYTHON_JOB_PRELUDE + ("agreement.abort_on_error()\n" if hook else "")
+            + textwrap.dedent(body))
+    return mpirun(np, ["-c", code], timeout=timeout, env={"PSGD_TRACEBACK": ""})
 
 
 def psgd_train(np, *flags, timeout=120, env=None, cwd=None):

@@ -8,7 +8,7 @@ import numbers
 import numpy as np
 from mpi4py import MPI
 
-from .. import mpi
+from .. import agreement, mpi
 from ..buffers import FlatBuffer
 from ..errors import UsageError
 from . import lifecycle
@@ -150,7 +150,7 @@ class Algorithm(mpi.Closeable):
                 self._copy_in(params)
         except (UsageError, ValueError, TypeError) as exc:
             error = exc if isinstance(exc, UsageError) else UsageError(str(exc))
-        mpi.agree(self.comm, error)
+        agreement.agree(self.comm, error)
         self.exchange.bcast(mpi.MAIN_RANK)
         self.restart()
 
@@ -357,9 +357,9 @@ def create(name, params, comm=None, grads=None, stats=None, servers=None, **opti
             stat_buffer = _as_buffer(stats, "stats")
     except (UsageError, ValueError, TypeError) as exc:
         error = exc if isinstance(exc, UsageError) else UsageError(str(exc))
-    mpi.agree(comm, error)
+    agreement.agree(comm, error)
     comm = comm.Dup()
-    mpi.check_same(comm, describe(name, resolved, buffer, grad_buffer, stat_buffer, servers),
+    agreement.check_same(comm, describe(name, resolved, buffer, grad_buffer, stat_buffer, servers),
                    "layout")
     role = cls.for_rank(comm.Get_rank(), servers)
     obj = role(comm, buffer, resolved, grad_buffer, stat_buffer, servers)

@@ -21,7 +21,7 @@ import weakref
 
 from mpi4py import MPI
 
-from ..mpi import ABORT_GRACE
+from ..agreement import ABORT_GRACE
 
 _live = weakref.WeakSet()
 _order = itertools.count()

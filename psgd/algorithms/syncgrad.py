@@ -7,7 +7,7 @@ same optimizer step to the same w, so the replicas stay identical.
 import numpy as np
 from mpi4py import MPI
 
-from .. import mpi
+from .. import agreement, mpi
 from ..buffers import host_copy
 from ..errors import CollectiveUsageError
 from .base import CollectiveWorker, register
@@ -66,7 +66,7 @@ class SyncGrad(CollectiveWorker):
                 "no replica holds the common model; pass stop(b_k, step=fn)")
         self.exchange.bcast(source)
         if state:
-            mpi.check_same(self.comm, [[list(a.shape), str(a.dtype)] for a in state],
+            agreement.check_same(self.comm, [[list(a.shape), str(a.dtype)] for a in state],
                            "syncgrad repair state")
         for array in state:
             host = host_copy(array)

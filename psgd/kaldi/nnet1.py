@@ -10,7 +10,6 @@ short) the end of the file, "<!EndOfComponent>" after a
 component is optional, consecutive dimensions must agree. Writing is atomic
 (a temporary file renamed over the name), so no half-written model is left.
 """
-import os
 
 from ..atomic import atomic_write_bytes
 from .components import (END_OF_COMPONENT, TABLE, canonical_marker, is_known_unsupported,

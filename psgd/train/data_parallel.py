@@ -17,7 +17,8 @@ from ..errors import UsageError
 from . import checkpoint as ckpt
 from .faults import FiniteGuard
 from .metrics import ServerTotals, kaldi_log
-from .options import algorithm_options, default_sync_period
+from .defaults import default_sync_period
+from .options import algorithm_options
 
 
 class DataParallel:

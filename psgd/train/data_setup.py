@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 from mpi4py import MPI
 
-from .. import mpi
+from .. import agreement
 from ..data import (CmvnStats, apply_cmvn, chunk_utterances, load_kaldi, load_mnist1d,
                     shard_range)
 from ..errors import CollectiveUsageError, UsageError
@@ -41,7 +41,7 @@ def _empty(shape, dtype=np.float32):
 
 def read_local(args, rank, size, worker_index, num_workers):
     """This rank's own reading; no MPI, so a failure here can be agreed on
-    (mpi.agree) before any rank enters a collective."""
+    (agreement.agree) before any rank enters a collective."""
     if args.feats is None:
         ds = load_mnist1d(args.num_samples, seed=MNIST1D_SEED)
         if worker_index is None:
@@ -158,7 +158,7 @@ def _refuse_stray_label(args, comm, ds, top):
                                    "next largest is %d); give --num-classes if it is meant"
                                    % (path, utts.keys[i], top, int(below[0])))
                 break
-    mpi.agree(comm, error)
+    agreement.agree(comm, error)
 
 
 def _class_counts(comm, ds, num_classes):

@@ -26,7 +26,7 @@ import warnings
 import numpy as np
 from mpi4py import MPI
 
-from .. import mpi
+from .. import agreement, mpi
 from ..data import Minibatches
 from ..errors import CollectiveNonFiniteError, CollectiveUsageError, UsageError
 from ..nnet import create_optimizer
@@ -72,7 +72,7 @@ class ModelParallel:
             self.optimizer = create_optimizer(args.optimizer, **dict(optimizer.options, clip=0.0))
         except (UsageError, ValueError, OSError) as exc:
             error = exc if isinstance(exc, UsageError) else UsageError(str(exc))
-        mpi.agree(self.comm, error)
+        agreement.agree(self.comm, error)
         shortest = np.array([len(data.y_train)], dtype=np.int64)
         self.comm.Allreduce(MPI.IN_PLACE, [shortest, MPI.INT64_T], op=MPI.MIN)
         self.shortest = int(shortest[0])

@@ -10,7 +10,7 @@ larger batch, so they need a larger rate for the same progress per sample.
     (Goyal et al. ramp per iteration over 5 epochs; here the rate changes
     at epoch boundaries, where the trainer sets it).
 
-Which algorithms get it, and W, are the trainer's defaults (options.py).
+Which algorithms get it, and W, are the trainer's defaults (defaults.py).
 """
 import math
 

@@ -7,6 +7,7 @@ import sys
 from ..algorithms import ALGORITHMS, REGISTRY
 from ..errors import UsageError
 from ..kaldi.cli import boolean as kaldi_boolean
+from .defaults import WARMUP_EPOCHS, trainer_defaults
 
 # flag dest -> the algorithm option it sets (passed only when given)
 ALGORITHM_FLAGS = {
@@ -18,8 +19,6 @@ ALGORITHM_FLAGS = {
     "masgd_momentum": "momentum", "masgd_scope": "scope",
     "staleness_compensation": "staleness_compensation", "dc_lambda": "dc_lambda",
 }
-DEFAULT_LR = {"sgd": 0.05, "momentum": 0.02, "nesterov": 0.02, "adagrad": 0.02,
-              "adadelta": 1.0, "rmsprop": 1e-3, "adam": 2e-3}
 MODELS = ("cnn", "mlp", "lstm")
 SCHEDULES = ("constant", "exponential", "newbob")
 
@@ -279,123 +278,3 @@ def algorithm_options(args, num_workers=None):
              if getattr(args, flag) is not None and option in cls.OPTIONS}
     defaults = trainer_defaults(args.algo, num_workers) if num_workers else {}
     return {**defaults, **given}
-
-
-def trainer_defaults(algo, num_workers):
-    """Algorithm options the trainer sets when the user does not, by N. The
-    algorithms' own defaults (psgd.create) stay those of ALGORITHMS.md; these
-    are what the convergence benchmark measured best with the trainer's data
-    and models (MNIST-1D CNN, Adam, 30 epochs, BENCHMARKS.md):
-    - easgd alpha = max(0.9 / N, 0.3): the paper's beta = N * alpha = 0.9
-      pulls each worker to the center too weakly from N = 4 on; at 8 workers
-      alpha 0.11 -> 0.3 took 93.1% -> 94.8% (with the large-batch rate).
-    - bmuf block_momentum = BMUF_MOMENTUM: see there; reset_local_state off:
-      clearing Adam's moments every 4-minibatch block cost 4 points even at
-      one worker (96.5% -> 92.5%, seed 1), and never helped (5 workers, seed
-      777: 89.5% -> 90.4% kept; 8 workers, seed 1: 94.1% -> 94.4%).
-    - asgd/masgd staleness_compensation = STALENESS_COMPENSATION: see there."""
-    N = num_workers
-    if algo == "easgd":
-        return {"alpha": max(0.9 / N, 0.3)}
-    if algo == "bmuf":
-        return {"block_momentum": BMUF_MOMENTUM(N), "reset_local_state": False}
-    if algo in STALENESS_COMPENSATION:
-        return {"staleness_compensation": STALENESS_COMPENSATION[algo](N)}
-    return {}
-
-
-# bmuf: CNTK's eta = 1 - 1/N (the block step N times the mean delta) up to
-# 4 workers; from BMUF_SLOW_FROM workers eta = 0.5 and the local rate times
-# N / 4 (bmuf_lr_factor). Measured at 8 workers, seeds 1 / 2 (one worker 96.5 /
-# 95.1%): eta 0.875 92.8 / 89.0%; eta 0.5 with lr x2 94.1 / 93.8%. Tried and
-# worse at seed 1: eta 0.75 (92.7%; with lr x2 90.0%), eta 0.5 at lr (91.7%),
-# eta 0.875 with lr x2 (92.0%), eta 0.5 with lr x2.8 (92.4%, with warm-up
-# 91.8%), eta 0.5 with block_lr 2 instead of the local rate (49.8 / 59.2%).
-BMUF_SLOW_FROM = 8
-
-
-def BMUF_MOMENTUM(N):
-    return 0.5 if N >= BMUF_SLOW_FROM else 1.0 - 1.0 / max(N, 1)
-
-
-def bmuf_lr_factor(N):
-    return N / 4.0 if N >= BMUF_SLOW_FROM else 1.0
-
-
-# asgd/masgd: see ASGD_DC_FROM.
-STALENESS_COMPENSATION = {"asgd": lambda N: "dc" if N >= ASGD_DC_FROM else "none",
-                          "masgd": lambda N: "dc" if N > 1 else "none"}
-
-
-def default_lr(args, num_workers):
-    """The optimizer's default rate; asgd adds every worker's delta to the
-    center at full gain, so the center moves N times as fast as one worker's
-    optimizer and its default local rate is divided by N (measured: the
-    undivided rate left asgd at 25-83% at np 5 on MNIST-1D, divided 92-93%)
-    -- up to ASGD_DC_FROM workers. From there on the divided rate is too slow
-    (8 workers: 78.1% / 76.6% for seeds 1 / 2) and a larger one diverges
-    without compensation (lr/2.8: 35%, lr/2: 27%), so asgd switches to delay
-    compensation (trainer_defaults) and the undivided rate: 90.8% / 88.2%."""
-    lr = DEFAULT_LR.get(args.optimizer, 0.01)
-    if args.algo == "asgd" and num_workers < ASGD_DC_FROM:
-        return lr / num_workers
-    return lr
-
-
-# asgd: below this many workers, no compensation and the rate divided by N;
-# from it on, dc and the undivided rate. Measured on MNIST-1D (30 epochs, seeds
-# 1 / 2, one worker 96.5% / 95.1%): at 4 workers dc at lr/4 cost 4.6 / 4.7
-# points (94.8 -> 90.2, 91.6 -> 86.9) and dc at lr 92.1% (seed 1); at 8 workers
-# see default_lr. masgd: dc at every N (8 workers: 29.8% -> 89.1%; 4 workers,
-# seeds 1 / 2: 91.1 / 88.0% -> 91.6 / 89.9%); scale was behind dc at 8 workers
-# (asgd 89.3-90.9%, masgd 86.5%).
-ASGD_DC_FROM = 8
-
-
-# The large-batch rule (large_batch.py) by algorithm, measured on MNIST-1D at
-# 8 workers (30 epochs, seed 1, Adam: sqrt(8) = 2.83x): bsp 90.2% -> 93.8%,
-# easgd 88.1% -> 91.8%, sod 94.2% -> 94.6%, and with the 2-epoch warm-up bsp
-# 95.4%. syncgrad, over seeds 1-3 (one worker 96.5 / 95.1 / 94.7%): gap to one
-# worker at 2 / 4 / 8 workers 1.2 / 1.3 / 2.4 points at the one-worker rate,
-# 0.3 / 1.4 / 0.8 scaled with the warm-up (BENCHMARKS.md; at 3 / 5 / 9
-# workers 0.3 / 0.7 / 1.0). Seed 1 alone had shown no gain (94.7% -> 94.3%),
-# the reason it was once left out. Not for bmuf (its block
-# momentum 1 - 1/N already multiplies the block step by N: 92.8% -> 92.2%
-# scaled; bmuf_lr_factor has its own rule) or the asgd family (their rates are
-# set for the staleness, default_lr).
-LR_SCALED = ("bsp", "easgd", "sod", "syncgrad")
-WARMUP_EPOCHS = 2
-
-
-def lr_scale(args, num_workers):
-    """k, the factor the large-batch rule multiplies the rate by (1: off)."""
-    from .large_batch import scale_factor
-    if not args.lr_scaling:
-        return 1.0
-    if args.algo == "bmuf":
-        return bmuf_lr_factor(num_workers)
-    if args.algo not in LR_SCALED:
-        return 1.0
-    return scale_factor(args.optimizer, num_workers)
-
-
-def lr_rule_name(args):
-    from .large_batch import rule_name
-    return "bmuf N/4" if args.algo == "bmuf" else rule_name(args.optimizer)
-
-
-def warmup_epochs(args):
-    """bmuf's factor was measured without a warm-up (with one: 91.8%)."""
-    if args.warmup_epochs is not None:
-        return args.warmup_epochs
-    return 0 if args.algo == "bmuf" else WARMUP_EPOCHS
-
-
-def default_sync_period(args):
-    """Minibatches per block, by algorithm (measured on MNIST-1D at np 5):
-    sod's outer Nesterov step (lr 0.7, momentum 0.9) amplifies every block,
-    so it wants DiLoCo-like long blocks: 69% with 4 minibatches, 95% with 16;
-    masgd's server momentum smears each delta over the worker's later syncs:
-    18-44% with 4, 69-82% with 16, 84-90% with 32. Others: 4."""
-    blocks = {"sod": 16, "masgd": 32}.get(args.algo, 4)
-    return blocks * args.minibatch_size

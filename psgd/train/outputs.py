@@ -113,7 +113,7 @@ def prepare(comm, args, main):
     """Collective: rank 0 checks every output path, takes the lock on
     --checkpoint-dir and removes debris of dead writers; any problem is one
     line on every rank. Returns the lock (held until released or exit)."""
-    from .. import mpi
+    from .. import agreement
     from .dirlock import DirectoryLock
     error, lock = None, None
     if main:
@@ -131,14 +131,14 @@ def prepare(comm, args, main):
             error = exc
         except OSError as exc:
             error = UsageError("output check failed: %s" % exc)
-    mpi.agree(comm, error)
+    agreement.agree(comm, error)
     return lock
 
 
 def open_metrics(comm, path, keep_epochs):
     """Collective: the MetricsLog (rank 0 passes the path, the others None);
     an unreadable file to resume is one line on every rank."""
-    from .. import mpi
+    from .. import agreement
     from .metrics import MetricsLog
     error, log = None, None
     try:
@@ -147,5 +147,5 @@ def open_metrics(comm, path, keep_epochs):
         error = exc
     except (OSError, UnicodeDecodeError) as exc:
         error = UsageError("--metrics %s: %s" % (path, exc))
-    mpi.agree(comm, error)
+    agreement.agree(comm, error)
     return log

@@ -7,7 +7,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .. import cuda_aware, mpi
+from .. import agreement, cuda_aware, mpi
 from ..backend import get_backend
 from ..errors import UsageError
 from ..nnet import create_optimizer
@@ -18,7 +18,7 @@ from .data_setup import combine, read_local
 from .faults import Watchdog
 from .metrics import Progress, kaldi_epoch_lines, kaldi_log
 from .large_batch import warmup_factor
-from .options import default_lr, lr_rule_name, lr_scale, warmup_epochs
+from .defaults import default_lr, lr_rule_name, lr_scale, warmup_epochs
 from .schedule import Schedule
 
 
@@ -89,7 +89,7 @@ class Trainer(mpi.Closeable):
             local = read_local(args, self.rank, self.size, self.worker_index, self.num_workers)
         except (UsageError, ValueError, OSError) as exc:
             error = exc if isinstance(exc, UsageError) else UsageError(str(exc))
-        mpi.agree(self.comm, error)
+        agreement.agree(self.comm, error)
         self.data = combine(args, self.comm, local, self.worker_index,
                             sequences=args.model == "lstm")
         error = None
@@ -97,7 +97,7 @@ class Trainer(mpi.Closeable):
             self._build()
         except (UsageError, ValueError, OSError) as exc:
             error = exc if isinstance(exc, UsageError) else UsageError(str(exc))
-        mpi.agree(self.comm, error)
+        agreement.agree(self.comm, error)
         self.net, self.optimizer = self.parallel.build(self.net, self.optimizer, self.backend,
                                                          self.data)
         self._setup_run()
@@ -275,7 +275,7 @@ class Trainer(mpi.Closeable):
                 consistency.reconcile_resume(self.args, state[0], state[1], self.say)
         except UsageError as exc:
             error = exc
-        mpi.agree(self.comm, error)
+        agreement.agree(self.comm, error)
         found = np.array([state is not None], dtype=np.int64)
         self.comm.Allreduce(MPI.IN_PLACE, [found, MPI.INT64_T], op=MPI.MIN)
         if not found[0]:

@@ -5,27 +5,16 @@ clear line naming the problem on stderr, and no Python traceback."""
 import os
 import re
 import subprocess
-import sys
 import textwrap
 
 import pytest
 
-from launch_util import mpi_env, mpirun_command
+from launch_util import MPIRUN, python_job
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MPIRUN = os.path.join(os.path.dirname(sys.executable), "mpirun")
 
 pytestmark = [pytest.mark.timeout(120),
               pytest.mark.skipif(not os.path.exists(MPIRUN), reason="no mpirun beside python")]
 
-PRELUDE = """
-import sys, time
-import numpy as np
-from mpi4py import MPI
-import psgd
-from psgd import mpi
-from psgd.errors import ProtocolError
-"""
 
 # rank 2 (the last worker at -np 3) sends a message type the protocol lacks
 BAD_MESSAGE = """
@@ -44,16 +33,8 @@ else:
 
 
 def launch(np_, body, hook=True):
-    code = PRELUDE + ("mpi.abort_on_error()\n" if hook else "") + textwrap.dedent(body)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_"))}
-    env.update(mpi_env())
-    env["PYTHONPATH"] = REPO
-    env["PSGD_BACKEND"] = "numpy"
-    env.pop("PSGD_TRACEBACK", None)
     try:
-        proc = subprocess.run(mpirun_command(np_) + [sys.executable, "-c", code],
-                              cwd=REPO, env=env, capture_output=True, text=True, timeout=90)
+        proc = python_job(np_, body, hook)
     except subprocess.TimeoutExpired as exc:
         pytest.fail("the job hung: %s" % (exc.stderr or b"")[-2000:])
     assert proc.returncode != 0, proc.stdout + proc.stderr

@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from launch_util import MPIRUN, ROOT, assert_clean_failure, mpirun, psgd_train
+from launch_util import MPIRUN, ROOT, assert_clean_failure, mpirun, psgd_train, python_job
 
 pytestmark = pytest.mark.skipif(not os.path.exists(MPIRUN), reason="no mpirun beside python")
 
@@ -32,11 +32,8 @@ def test_shard_replays_at_seven_ranks():
 
 # failure paths -----------------------------------------------------------------------
 def job(body, hook=True, np_=4):
-    code = ("import sys, time\nimport numpy as np\nfrom mpi4py import MPI\nimport psgd\n"
-            "from psgd import mpi\nfrom psgd.errors import ProtocolError\n"
-            + ("mpi.abort_on_error()\n" if hook else "") + textwrap.dedent(body))
     start = time.time()
-    r = mpirun(np_, ["-c", code], timeout=90, env={"PSGD_TRACEBACK": ""})
+    r = python_job(np_, body, hook)
     assert time.time() - start < 60
     assert r.returncode != 0, r.stdout + r.stderr
     assert "Traceback" not in r.stderr, r.stderr

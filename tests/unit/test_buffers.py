@@ -5,7 +5,7 @@ import sys
 import numpy as np
 import pytest
 
-from psgd import mpi
+from psgd import agreement, mpi
 from psgd.buffers import FlatBuffer
 
 
@@ -80,9 +80,9 @@ def test_chunking_covers_every_element_once():
 def test_first_difference_names_the_place():
     a = {"algorithm": "bsp", "shapes": [[2, 3], [4]], "options": {"x": 1}}
     b = {"algorithm": "bsp", "shapes": [[2, 3], [5]], "options": {"x": 1}}
-    assert mpi.first_difference(a, b) == "shapes.1.0 4 vs 5"
-    assert "entries" in mpi.first_difference({"s": [1]}, {"s": [1, 2]})
-    assert mpi.first_difference(a, a) is None
+    assert agreement.first_difference(a, b) == "shapes.1.0 4 vs 5"
+    assert "entries" in agreement.first_difference({"s": [1]}, {"s": [1, 2]})
+    assert agreement.first_difference(a, a) is None
 
 
 def test_pipeline_settings_from_the_environment():

@@ -13,7 +13,7 @@ ROOT = pathlib.Path(psgd.__file__).parent
 # Module-name prefix -> floor (the longest matching prefix wins).
 FLOORS = {"psgd.errors": 0, "psgd._threads": 0,
           "psgd.backend": 1, "psgd.buffers": 1, "psgd.mpi": 1, "psgd.kernels": 1,
-          "psgd.cuda_aware": 1, "psgd.atomic": 1,
+          "psgd.cuda_aware": 1, "psgd.atomic": 1, "psgd.agreement": 1,
           "psgd": 2, "psgd.algorithms": 2,      # the package's facade re-exports create()
           "psgd.nnet": 3, "psgd.data": 3, "psgd.kaldi": 3, "psgd.torch": 3,
           "psgd.train": 4,

@@ -8,7 +8,7 @@ import sys
 import psgd
 
 ROOT = pathlib.Path(psgd.__file__).parent
-ALLOWED = ("algorithms", "buffers", "mpi", "errors")
+ALLOWED = ("algorithms", "buffers", "mpi", "agreement", "errors")
 
 
 def imports(path):

@@ -33,7 +33,7 @@ import math
 import numpy as np
 from mpi4py import MPI
 
-from ... import mpi
+from ... import agreement, mpi
 from ...buffers import FlatBuffer
 from ...errors import UsageError
 from ..affine import AffineTransform
@@ -242,7 +242,7 @@ class HybridNetwork(Network):
                 arrays = [_checked(state, n, s) for n, s in zip(self.full_names, self.full_shapes)]
             except UsageError as exc:
                 error = exc
-        mpi.agree(self.comm, error)
+        agreement.agree(self.comm, error)
         buf = (FlatBuffer.pack(arrays, dtype=self.dtype, xp=np) if arrays is not None
                else FlatBuffer.allocate(self.full_shapes, self.dtype, np))
         self.coll.bcast(buf.data, root)

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import psgd.train
-from psgd import mpi
+from psgd import agreement
 from psgd.errors import UsageError
 
 pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.timeout(120)]
@@ -15,7 +15,7 @@ SMALL = dict(model="mlp", hidden="16", num_samples=500, epochs=2, quiet=True,
 @pytest.mark.parametrize("algo", ["bmuf", "easgd"])
 def test_train_returns_the_last_epochs_metrics_on_every_rank(comm, algo, tmp_path):
     out = str(tmp_path / "model.npz")
-    out = mpi._bcast_text(comm, out, 0)                 # one path: rank 0 writes it
+    out = agreement._bcast_text(comm, out, 0)                 # one path: rank 0 writes it
     row = psgd.train.train(comm=comm, algo=algo, out=out, **SMALL)
     assert row["epoch"] == 2 and row["samples"] == 2 * 400
     mine = np.array([row["test_loss"], row["test_accuracy"]])

@@ -4,7 +4,8 @@ import math
 import pytest
 
 from psgd.train import large_batch
-from psgd.train.options import lr_scale, make_config
+from psgd.train.defaults import lr_scale
+from psgd.train.options import make_config
 
 
 def test_square_root_rule_for_adaptive_optimizers_linear_for_sgd():
@@ -29,7 +30,8 @@ def test_which_algorithms_scale_and_the_flag_that_turns_it_off(algo, scaled):
 
 
 def test_trainer_defaults_by_number_of_workers():
-    from psgd.train.options import algorithm_options, default_lr, warmup_epochs
+    from psgd.train.defaults import default_lr, warmup_epochs
+    from psgd.train.options import algorithm_options
     assert algorithm_options(make_config(algo="easgd"), 8) == {"alpha": 0.3}
     assert algorithm_options(make_config(algo="easgd", alpha=0.5), 8) == {"alpha": 0.5}
     keep = {"reset_local_state": False}

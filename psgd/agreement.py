@@ -1,0 +1,122 @@
+"""Collective agreement: every rank raises the same error when any rank has
+one (agree), layouts are the same on every rank (check_same), and an uncaught
+exception ends the whole job with one line instead of hanging it
+(abort_on_error). Only int64 flags, hashes and UTF-8 text cross the wire."""
+import hashlib
+import json
+import os
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from .errors import CollectiveError, CollectiveUsageError, UsageError
+
+
+# Agreement: errors and layouts -------------------------------------------------
+def _bcast_text(comm, text, root):
+    raw = np.frombuffer(text.encode("utf-8"), dtype=np.uint8) if comm.rank == root else None
+    length = np.array([0 if raw is None else raw.size], dtype=np.int64)
+    comm.Bcast([length, MPI.INT64_T], root=root)
+    buf = raw.copy() if raw is not None else np.empty(int(length[0]), dtype=np.uint8)
+    comm.Bcast([buf, MPI.BYTE], root=root)
+    return buf.tobytes().decode("utf-8")
+
+
+def agree(comm, error):
+    """Collective: if any rank has an `error`, every rank raises. The text is
+    the lowest failing rank's (named unless every rank failed), so all ranks
+    report the same line. A UsageError becomes a CollectiveUsageError, any
+    other error a CollectiveError (the failing rank's own as its cause)."""
+    flags = np.array([comm.size if error is None else comm.rank, error is not None],
+                     dtype=np.int64)
+    first = np.empty(1, dtype=np.int64)
+    failed = np.empty(1, dtype=np.int64)
+    comm.Allreduce([flags[:1], MPI.INT64_T], [first, MPI.INT64_T], op=MPI.MIN)
+    comm.Allreduce([flags[1:], MPI.INT64_T], [failed, MPI.INT64_T], op=MPI.SUM)
+    first, failed = int(first[0]), int(failed[0])
+    if first == comm.size:
+        return
+    usage = isinstance(error, UsageError)
+    text = _bcast_text(comm, ("U" if usage else "E") + str(error) if comm.rank == first else "",
+                       first)
+    kind, text = (CollectiveUsageError if text[0] == "U" else CollectiveError), text[1:]
+    if failed < comm.size:
+        text = "rank %d: %s" % (first, text)
+    # Every rank raises it: no rank is left waiting. The failing rank keeps
+    # its own exception as the cause (and its traceback).
+    raise kind(text) from (error if comm.rank == first and not usage else None)
+
+
+def check_same(comm, description, what="layout"):
+    """Collective: raise UsageError on every rank unless `description` (a
+    JSON-able dict) is identical on all ranks; the message names the ranks and
+    the first difference. Only hashes and UTF-8 JSON cross the wire."""
+    text = json.dumps(description, sort_keys=False)
+    digest = np.frombuffer(hashlib.sha256(text.encode()).digest()[:8], dtype=np.int64).copy()
+    digests = np.empty(comm.size, dtype=np.int64)
+    comm.Allgather([digest, MPI.INT64_T], [digests, MPI.INT64_T])
+    odd = [r for r in range(comm.size) if digests[r] != digests[0]]
+    if not odd:
+        return
+    other = odd[0]
+    mine = _bcast_text(comm, text, 0)
+    theirs = _bcast_text(comm, text, other)
+    diff = first_difference(json.loads(mine), json.loads(theirs))
+    raise CollectiveUsageError("%s differs between rank 0 and rank%s %s: %s" % (
+        what, "s" if len(odd) > 1 else "", ",".join(map(str, odd)), diff))
+
+
+def first_difference(a, b, path=""):
+    """A short text naming where two JSON values first differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in list(a) + [k for k in b if k not in a]:
+            if key not in a or key not in b:
+                return "%s%s present on one side only" % (path, key)
+            d = first_difference(a[key], b[key], "%s%s." % (path, key))
+            if d:
+                return d
+        return None
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return "%s has %d entries vs %d" % (path.rstrip(".") or "value", len(a), len(b))
+        for i, (x, y) in enumerate(zip(a, b)):
+            d = first_difference(x, y, "%s%d." % (path, i))
+            if d:
+                return d
+        return None
+    if a != b:
+        return "%s %r vs %r" % (path.rstrip(".") or "value", a, b)
+    return None
+
+
+# Abort on error ----------------------------------------------------------------
+ABORT_GRACE = 1.0  # seconds
+
+
+def abort_on_error(comm=None):
+    """Make an uncaught exception on any rank print one line naming the rank
+    and end the whole job (MPI_Abort) instead of hanging the other ranks."""
+    comm = comm if comm is not None else MPI.COMM_WORLD
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        if issubclass(kind, KeyboardInterrupt):
+            previous(kind, value, tb)
+        elif issubclass(kind, (UsageError, CollectiveError)):
+            sys.stderr.write("psgd: error: %s\n" % value)
+        else:
+            if os.environ.get("PSGD_TRACEBACK"):
+                previous(kind, value, tb)
+            sys.stderr.write("psgd: rank %d failed: %s: %s\n" % (comm.rank, kind.__name__, value))
+        sys.stderr.flush()
+        # The launcher forwards a rank's output asynchronously: an immediate
+        # MPI_Abort lost this rank's own line on a loaded machine. A collective
+        # error (raised on every rank) also gives the rank that knows why the
+        # moment to say it before this rank's Abort takes the job down.
+        time.sleep(ABORT_GRACE)
+        comm.Abort(1)
+
+    sys.excepthook = hook
+    return hook
