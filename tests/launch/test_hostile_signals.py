@@ -122,5 +122,8 @@ def test_stall_abort_on_a_frozen_rank_exits_3(tmp_path, rank):
     lines, rc, err = _frozen(tmp_path, 3, "easgd", rank, extra=["--stall-abort"])
     assert lines and "silent" in lines[0], err
     assert any("--stall-abort ends the job" in line for line in lines), err
-    assert rc == 3, (rc, err)      # the watchdog's Abort(3), not a segmentation fault
+    # The watchdog's Abort(3), not a segmentation fault. MPICH's launcher
+    # sometimes reports the SIGKILL it had to send the stopped rank (9)
+    # instead; then its own line still shows that the abort came with code 3.
+    assert rc == 3 or (rc == 9 and "MPI_Abort(comm=" in err and ", 3)" in err), (rc, err)
     assert "Segmentation" not in err
