@@ -65,8 +65,8 @@ def chunk_elements():
     return _chunk
 
 
-def _chunks(size):
-    step = _chunk
+def _chunks(size, step=None):
+    step = min(step or _chunk, _chunk)
     for start in range(0, size, step):
         yield start, min(start + step, size)
     if size == 0:
@@ -132,28 +132,29 @@ def Bcast(comm, array, root=MAIN_RANK):
         comm.Bcast(array[lo:hi], root=root)
 
 
-def Send(comm, array, dest, tag=TAG_MODEL):
-    for lo, hi in _chunks(array.size):
+def Send(comm, array, dest, tag=TAG_MODEL, step=None):
+    for lo, hi in _chunks(array.size, step):
         comm.Send(array[lo:hi], dest=dest, tag=tag)
 
 
-def Recv(comm, array, source, tag=TAG_MODEL):
-    for lo, hi in _chunks(array.size):
+def Recv(comm, array, source, tag=TAG_MODEL, step=None):
+    for lo, hi in _chunks(array.size, step):
         comm.Recv(array[lo:hi], source=source, tag=tag)
 
 
-def Sendrecv(comm, send, recv, peer, tag=TAG_MODEL):
-    for lo, hi in _chunks(send.size):
+def Sendrecv(comm, send, recv, peer, tag=TAG_MODEL, step=None):
+    for lo, hi in _chunks(send.size, step):
         comm.Sendrecv(send[lo:hi], dest=peer, sendtag=tag,
                       recvbuf=recv[lo:hi], source=peer, recvtag=tag)
 
 
-def Isend(comm, array, dest, tag=TAG_MODEL):
-    return [comm.Isend(array[lo:hi], dest=dest, tag=tag) for lo, hi in _chunks(array.size)]
+def Isend(comm, array, dest, tag=TAG_MODEL, step=None):
+    return [comm.Isend(array[lo:hi], dest=dest, tag=tag) for lo, hi in _chunks(array.size, step)]
 
 
-def Irecv(comm, array, source, tag=TAG_MODEL):
-    return [comm.Irecv(array[lo:hi], source=source, tag=tag) for lo, hi in _chunks(array.size)]
+def Irecv(comm, array, source, tag=TAG_MODEL, step=None):
+    return [comm.Irecv(array[lo:hi], source=source, tag=tag)
+            for lo, hi in _chunks(array.size, step)]
 
 
 # CUDA-aware MPI: decided once per process (psgd/cuda_aware.py).
@@ -206,14 +207,21 @@ class Request:
 class Exchange:
     """Runs MPI on a FlatBuffer: straight on `data` on the host or with
     CUDA-aware MPI, otherwise staged through the buffer's pinned mirror;
-    every call keeps the stream discipline above."""
+    every call keeps the stream discipline above. `piece`: elements per
+    message of send/recv/isend/irecv (None: one message up to MPI's count
+    limit); both ends of a transfer must use the same."""
 
-    def __init__(self, comm, buffer, direct=None):
+    def __init__(self, comm, buffer, direct=None, piece=None):
         self.comm = comm
         self.buffer = buffer
         if direct is None:
             direct = (not buffer.on_device) or cuda_aware()
         self.direct = direct
+        self.piece = piece
+
+    def pieces(self):
+        """[(lo, hi)] of the messages send/recv/isend/irecv make."""
+        return list(_chunks(self.buffer.size, self.piece))
 
     def _readable(self):
         """The array MPI may read: the model as the device last wrote it."""
@@ -252,24 +260,39 @@ class Exchange:
         self._received()
 
     def send(self, dest, tag=TAG_MODEL):
-        Send(self.comm, self._readable(), dest, tag)
+        Send(self.comm, self._readable(), dest, tag, self.piece)
 
     def recv(self, source, tag=TAG_MODEL):
-        Recv(self.comm, self._writable(), source, tag)
+        Recv(self.comm, self._writable(), source, tag, self.piece)
         self._received()
 
     def sendrecv(self, peer, received, tag=TAG_MODEL):
         """Send this buffer to `peer` and receive its buffer into `received`
         (another Exchange of the same layout)."""
-        Sendrecv(self.comm, self._readable(), received._writable(), peer, tag)
+        Sendrecv(self.comm, self._readable(), received._writable(), peer, tag, self.piece)
         received._received()
 
     # non-blocking: the buffer is MPI's until the Request's wait() ----------------
     def isend(self, dest, tag=TAG_MODEL):
-        return Request(Isend(self.comm, self._readable(), dest, tag))
+        return Request(Isend(self.comm, self._readable(), dest, tag, self.piece))
 
     def irecv(self, source, tag=TAG_MODEL):
-        return Request(Irecv(self.comm, self._writable(), source, tag), self._received)
+        return Request(Irecv(self.comm, self._writable(), source, tag, self.piece),
+                       self._received)
+
+    # one piece [lo, hi) of a transfer in pieces, staged alone (pieces.py) ---------
+    def isend_part(self, dest, lo, hi, tag=TAG_MODEL):
+        if self.direct:
+            wire = device_ready(self.buffer.data)
+        else:
+            self.buffer.to_host(lo, hi)
+            wire = self.buffer.host
+        return Request([self.comm.Isend(wire[lo:hi], dest=dest, tag=tag)])
+
+    def irecv_part(self, source, lo, hi, tag=TAG_MODEL):
+        stage_in = None if self.direct else (lambda: self.buffer.from_host(lo, hi))
+        return Request([self.comm.Irecv(self._writable()[lo:hi], source=source, tag=tag)],
+                       stage_in)
 
 
 # Pipelined allreduce: the update of one chunk under the sum of the next ------
@@ -373,8 +396,8 @@ def pipelined_allreduce(exchange, before, after):
 
 
 # Shards: an Exchange of elements [lo, hi) of another's buffer ------------------
-def exchange_part(exchange, lo, hi):
+def exchange_part(exchange, lo, hi, piece=None):
     """An Exchange on elements [lo, hi) of `exchange`'s buffer (a parameter
     server's shard): same communicator and path (direct or through the pinned
     mirror's slice), so the stream discipline above holds unchanged."""
-    return Exchange(exchange.comm, exchange.buffer.part(lo, hi), exchange.direct)
+    return Exchange(exchange.comm, exchange.buffer.part(lo, hi), exchange.direct, piece)

@@ -17,7 +17,7 @@ K + N - 2 updates after the x it started from. K <= 0 disables it.
 staleness_compensation = none | scale | dc corrects a delta for the updates
 the center took since the worker's x_start (staleness.py has the math).
 """
-from .. import kernels, mpi
+from .. import kernels, mpi, pieces
 from ..buffers import host_copy
 from . import staleness
 from .base import Option, positive, register
@@ -47,15 +47,19 @@ class AsgdServer(Server):
             if self.staleness_compensation == "dc" else None
 
     def serve(self, rank):
-        self.incoming_exchange.recv(rank)                   # delta_k
-        if self.delay_compensation is not None:
-            self.delay_compensation.correct(rank, self.center.data, self.incoming.data)
-        self.update(rank, self.incoming.data)
         self.since_release += 1
-        if self.held or 0 < self.barrier_period <= self.since_release:
+        hold = bool(self.held) or 0 < self.barrier_period <= self.since_release
+        dc = self.delay_compensation
+        if dc is not None:                                  # it reads all of delta_k first
+            self.incoming_exchange.recv(rank)
+            dc.correct(rank, self.center.data, self.incoming.data)
+        # Recv(delta_k); x <- x + alpha * delta_k; Send(x): piece by piece
+        pieces.serve(self.incoming_exchange, self.center_exchange, rank,
+                     lambda lo, hi: self.update(rank, lo, hi), reply=not hold,
+                     received=dc is not None)
+        if hold:
             self.held.append(rank)
             return None
-        self.center_exchange.send(rank)                     # x
         self.replied(rank)
         return self.syncs + 1
 
@@ -76,8 +80,9 @@ class AsgdServer(Server):
         """The factor of the delta being served (staleness_compensation = scale)."""
         return staleness.staleness_gain(self.staleness_compensation, self.staleness)
 
-    def update(self, rank, delta):
-        kernels.axpy(self.center.data, self.alpha * self.gain(), delta)   # x += alpha * delta_k
+    def update(self, rank, lo, hi):
+        """x += alpha * delta_k on elements [lo, hi)."""
+        kernels.axpy(self.center.data[lo:hi], self.alpha * self.gain(), self.incoming.data[lo:hi])
 
     def after_sync(self, rank):
         self._release_if_all_wait()

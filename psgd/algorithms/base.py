@@ -8,7 +8,7 @@ import numbers
 import numpy as np
 from mpi4py import MPI
 
-from .. import agreement, mpi
+from .. import agreement, mpi, pieces
 from ..buffers import FlatBuffer
 from ..errors import UsageError
 from . import lifecycle
@@ -318,7 +318,8 @@ def describe(name, options, buffer, grad_buffer, stat_buffer=None, servers=1):
             "tensors": len(buffer.shapes), "shapes": [list(s) for s in buffer.shapes],
             "grads": None if grad_buffer is None else [list(s) for s in grad_buffer.shapes],
             "stats": None if stat_buffer is None else [list(s) for s in stat_buffer.shapes],
-            "options": options}
+            "options": options,
+            "server piece (PSGD_MPI_SERVER_PIECE)": pieces.server_piece()}
 
 
 def create(name, params, comm=None, grads=None, stats=None, servers=None, **options):

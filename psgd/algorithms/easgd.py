@@ -11,7 +11,7 @@ Server, on MSG_SYNC from k:
 Both sides use the values from before the exchange (a symmetric elastic force).
 Default alpha = 0.9 / N (the paper's beta = N * alpha = 0.9).
 """
-from .. import kernels, mpi
+from .. import kernels, mpi, pieces
 from .base import Option, register
 from .server import SERVER_OPTIONS, Server
 from .server_worker import ServerWorker
@@ -31,8 +31,11 @@ class EasgdServer(Server):
 
     def serve(self, rank):
         reply = self.syncs                      # the worker gets x before this update
-        self.center_exchange.sendrecv(rank, self.incoming_exchange)
-        kernels.lerp(self.center.data, self.incoming.data, self.alpha)  # x += alpha (w_k - x)
+        x, w = self.center.data, self.incoming.data
+
+        def update(lo, hi):                     # x += alpha (w_k - x)
+            kernels.lerp(x[lo:hi], w[lo:hi], self.alpha)
+        pieces.serve(self.incoming_exchange, self.center_exchange, rank, update, reply_first=True)
         return reply
 
 

@@ -47,12 +47,13 @@ class MasgdServer(AsgdServer):
     def velocity(self, rank):
         return self.velocities[rank - self.servers if self.scope == "worker" else 0]
 
-    def update(self, rank, delta):
+    def update(self, rank, lo, hi):
+        delta = self.incoming.data[lo:hi]
         gain = self.gain()
         if gain != 1.0:
             delta *= delta.dtype.type(gain)
         # v <- m v + delta_k;  x <- x + alpha v   (one pass; delta is scratch afterwards)
-        kernels.momentum_step(self.center.data, self.velocity(rank).data, delta,
+        kernels.momentum_step(self.center.data[lo:hi], self.velocity(rank).data[lo:hi], delta,
                               self.momentum, self.alpha)
 
     def state_dict(self):

@@ -46,7 +46,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .. import mpi
+from .. import mpi, pieces
 from ..buffers import host_copy, shard_bounds
 from ..errors import ProtocolError, UsageError
 from .base import Algorithm, Option
@@ -92,14 +92,16 @@ class Server(Algorithm):
         super().__init__(*args, **kwargs)
         bounds = shard_bounds(self.buffer.size, self.servers)
         self.shard = bounds[self.node.rank]         # [lo, hi): the elements this rank serves
+        # model traffic goes in pieces (pieces.py): center_exchange, incoming_exchange
         if self.servers == 1:
-            self.center, self.center_exchange = self.buffer, self.exchange
+            self.center = self.buffer
+            self.center_exchange = pieces.server_part(self.exchange)
         else:
-            self.center_exchange = mpi.exchange_part(self.exchange, *self.shard)
+            self.center_exchange = pieces.server_part(self.exchange, *self.shard)
             self.center = self.center_exchange.buffer   # x: a view of this shard
-            self._gather = [mpi.exchange_part(self.exchange, lo, hi) for lo, hi in bounds]
+            self._gather = [pieces.server_part(self.exchange, lo, hi) for lo, hi in bounds]
         self.incoming = self.center.like()          # w_k or delta_k, as received
-        self.incoming_exchange = mpi.Exchange(self.comm, self.incoming)
+        self.incoming_exchange = pieces.server_part(mpi.Exchange(self.comm, self.incoming))
 
     def initialized(self):
         self.server_comm = self.order = None

@@ -7,7 +7,7 @@ model is traded with its own server, all shards at once."""
 import numpy as np
 from mpi4py import MPI
 
-from .. import mpi
+from .. import mpi, pieces
 from ..buffers import shard_bounds
 from ..errors import ProtocolError, UsageError
 from .base import Algorithm, _check_count
@@ -88,10 +88,8 @@ class ServerWorker(Algorithm):
                                                  tag=TAG_NOTICE) for s in range(self.servers)]
 
     def shard_parts(self, exchange):
-        """[Exchange of shard s's elements] for s = 0..S-1 (the whole when S = 1)."""
-        if self.servers == 1:
-            return [exchange]
-        return [mpi.exchange_part(exchange, lo, hi) for lo, hi in self.shards]
+        """[Exchange of shard s's elements, in server pieces] for s = 0..S-1."""
+        return [pieces.server_part(exchange, lo, hi) for lo, hi in self.shards]
 
     def exchange_with_server(self):
         raise NotImplementedError

@@ -44,7 +44,8 @@ def test_a_flag_that_would_do_nothing_is_an_error(flags, needle):
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("var,value", [("PSGD_MPI_CHUNK", "1e6"),
                                        ("PSGD_MPI_PIPELINE_CHUNK", "0"),
-                                       ("PSGD_MPI_PIPELINE_THRESHOLD", "big")])
+                                       ("PSGD_MPI_PIPELINE_THRESHOLD", "big"),
+                                       ("PSGD_MPI_SERVER_PIECE", "-1")])
 def test_a_bad_mpi_environment_variable_is_one_line(var, value):
     result = psgd_train(2, *QUICK, "--epochs", "1", env={var: value})
     assert_clean_failure(result, "%s=%r: must be a whole number" % (var, value))

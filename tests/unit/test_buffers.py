@@ -5,7 +5,7 @@ import sys
 import numpy as np
 import pytest
 
-from psgd import agreement, mpi
+from psgd import agreement, mpi, pieces
 from psgd.buffers import FlatBuffer
 
 
@@ -83,6 +83,21 @@ def test_first_difference_names_the_place():
     assert agreement.first_difference(a, b) == "shapes.1.0 4 vs 5"
     assert "entries" in agreement.first_difference({"s": [1]}, {"s": [1, 2]})
     assert agreement.first_difference(a, a) is None
+
+
+def test_server_piece_from_the_environment():
+    code = "from psgd import pieces; print(pieces.server_piece())"
+    env = dict(os.environ, PSGD_MPI_SERVER_PIECE="1000")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120, check=True).stdout.split()
+    assert out == ["1000"]
+    with pytest.raises(ValueError, match="server piece must be >= 0"):
+        pieces.set_server_piece(-1)
+    old = pieces.set_server_piece(0)
+    try:
+        assert pieces.server_piece() == 0
+    finally:
+        pieces.set_server_piece(old)
 
 
 def test_pipeline_settings_from_the_environment():

@@ -322,7 +322,7 @@ def test_a_bad_control_message_fails_every_rank_without_a_hang(comm, name, optio
 def test_a_failing_server_update_stops_every_worker(comm):
     obj = psgd.create("asgd", [np.zeros(4)], comm=comm)
     if obj.role == "server":
-        def broken(rank, delta):
+        def broken(rank, lo, hi):
             raise FloatingPointError("update blew up")
         obj.update = broken
         with pytest.raises(FloatingPointError, match="blew up"):

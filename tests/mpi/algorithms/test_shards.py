@@ -266,7 +266,7 @@ def test_a_failing_shard_update_stops_every_rank(comm):
     S = servers_or_skip(comm, 2)
     obj = psgd.create("asgd", [np.zeros(40)], comm=comm, servers=S)
     if comm.rank == S - 1:
-        def broken(rank, delta):
+        def broken(rank, lo, hi):
             raise FloatingPointError("update blew up")
         obj.update = broken
         with pytest.raises(FloatingPointError, match="blew up"):

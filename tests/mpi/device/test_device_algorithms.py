@@ -88,3 +88,15 @@ def test_sharded_server_replay_on_device(comm, xp, name):
     options = {"alpha": 0.5} if name == "easgd" else {}
     obj, _ = check_sharded_replay(comm, name, replay, comm.size - 1, xp=xp, **options)
     assert obj.buffer.on_device
+
+
+@pytest.mark.parametrize("name", ["easgd", "asgd", "masgd"])
+def test_server_replay_in_pieces_on_device(comm, xp, name):
+    """Messages of 5 elements: each piece staged in before the server's
+    update kernel reads it, and each piece of the center finished (direct)
+    or staged out (staged) before MPI sends it."""
+    pieces = load("algorithms/test_pieces.py")
+    with pieces.Pieces(5) as p:
+        obj, log, _ = servers.check_replay(comm, name, pieces.REPLAYS[name], xp=xp,
+                                           **pieces.OPTIONS[name])
+    assert obj.buffer.on_device and (obj.role != "server" or p.received == 5 * len(log))

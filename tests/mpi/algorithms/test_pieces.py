@@ -1,0 +1,115 @@
+"""The server algorithms' model messages in pieces (psgd/pieces.py): the
+server updates piece j of a sync while the later ones still travel. With
+the 23-element test model cut into pieces of 1, 5 and 7 elements (uneven,
+across tensors) and in one message, every center and every worker model
+equals the serial replay of ALGORITHMS.md; so do dc (which reads the whole
+delta first), held replies and shards in pieces. A failing update in the
+middle of a sync ends every rank without a hang, and ranks that disagree on
+the piece size fail at create with one line."""
+import numpy as np
+import pytest
+
+import psgd
+import reference
+from psgd import mpi, pieces
+from psgd.errors import ProtocolError, UsageError
+from server_plans import SIZE, check_replay
+
+pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.timeout(60)]
+
+REPLAYS = {"easgd": lambda x, log, f: reference.easgd(x, log, f, 0.5),
+           "asgd": lambda x, log, f: reference.asgd(x, log, f, 1.0),
+           "masgd": lambda x, log, f: reference.asgd(x, log, f, 0.1, 0.9, "worker")}
+OPTIONS = {"easgd": {"alpha": 0.5}, "asgd": {}, "masgd": {}}
+
+
+class Pieces:
+    """Model messages of `piece` elements in the block; counts the pieces
+    the server's side of a sync receives."""
+
+    def __init__(self, piece):
+        self.piece, self.received = piece, 0
+
+    def __enter__(self):
+        self.old = pieces.set_server_piece(self.piece)
+        self.irecv_part = mpi.Exchange.irecv_part
+        outer = self
+
+        def counting(exchange, *args, **kwargs):
+            outer.received += 1
+            return outer.irecv_part(exchange, *args, **kwargs)
+        mpi.Exchange.irecv_part = counting
+        return self
+
+    def __exit__(self, *exc):
+        mpi.Exchange.irecv_part = self.irecv_part
+        pieces.set_server_piece(self.old)
+
+
+@pytest.mark.parametrize("piece", [0, 1, 5, 7])
+@pytest.mark.parametrize("name", ["easgd", "asgd", "masgd"])
+def test_replay_in_pieces(comm, name, piece):
+    with Pieces(piece) as p:
+        obj, log, _ = check_replay(comm, name, REPLAYS[name], **OPTIONS[name])
+    if obj.role == "server":
+        per_sync = 1 if piece == 0 else -(-SIZE // piece)
+        assert p.received == per_sync * len(log)     # the piece path, not one message
+
+
+def test_dc_in_pieces(comm):
+    """dc needs the whole delta's mean square before it corrects piece 0."""
+    with Pieces(5):
+        check_replay(comm, "asgd", lambda x, log, f: reference.asgd(
+            x, log, f, 1.0, None, "worker", "dc", 0.5),
+            staleness_compensation="dc", dc_lambda=0.5)
+
+
+@pytest.mark.parametrize("name", ["asgd", "masgd"])
+def test_held_replies_in_pieces(comm, name):
+    from device_util import load
+    servers = load("algorithms/test_servers.py")
+    with Pieces(5):
+        servers.check_barrier(comm, name, {}, 1)
+
+
+@pytest.mark.parametrize("name", ["easgd", "masgd"])
+def test_shards_in_pieces(comm, name):
+    if comm.size < 3:
+        pytest.skip("two servers need three ranks")
+    from shard_plans import check_sharded_replay
+    with Pieces(4):
+        check_sharded_replay(comm, name, REPLAYS[name], 2, **OPTIONS[name])
+
+
+@pytest.mark.parametrize("name", ["asgd", "easgd"])
+def test_a_failing_update_between_pieces_stops_every_rank(comm, name):
+    with Pieces(5):
+        obj = psgd.create(name, [np.zeros(SIZE)], comm=comm)
+    if obj.role == "server":
+        import psgd.kernels as kernels
+        real = kernels.lerp if name == "easgd" else kernels.axpy
+        calls = []
+
+        def broken(*args):
+            calls.append(1)
+            if len(calls) == 3:                 # piece 2 of the first sync
+                raise FloatingPointError("update blew up")
+            return real(*args)
+        setattr(kernels, real.__name__, broken)
+        try:
+            with pytest.raises(FloatingPointError, match="blew up"):
+                obj.run()
+        finally:
+            setattr(kernels, real.__name__, real)
+    else:
+        with pytest.raises(ProtocolError, match="the %s server stopped: it failed" % name):
+            for _ in range(1000):
+                obj.synchronize(1)
+    assert comm.allreduce(1) == comm.size
+
+
+def test_ranks_that_disagree_on_the_piece_fail_at_create(comm):
+    with Pieces(5 if comm.rank == 0 else 6):
+        with pytest.raises(UsageError, match="server piece"):
+            psgd.create("asgd", [np.zeros(SIZE)], comm=comm)
+    assert comm.allreduce(1) == comm.size
