@@ -36,9 +36,10 @@ def test_trainer_defaults_by_number_of_workers():
     assert algorithm_options(make_config(algo="easgd", alpha=0.5), 8) == {"alpha": 0.5}
     keep = {"reset_local_state": False}
     assert algorithm_options(make_config(algo="bmuf"), 4) == {"block_momentum": 0.75, **keep}
+    assert algorithm_options(make_config(algo="bmuf"), 5) == {"block_momentum": 0.5, **keep}
     assert algorithm_options(make_config(algo="bmuf"), 8) == {"block_momentum": 0.5, **keep}
-    assert lr_scale(make_config(algo="bmuf"), 8) == 2.0
-    assert lr_scale(make_config(algo="bmuf"), 4) == 1.0
+    assert [lr_scale(make_config(algo="bmuf"), n) for n in (4, 5, 7, 8, 12)] == [
+        1.0, 2.0, 2.0, 2.0, 3.0]
     assert warmup_epochs(make_config(algo="bmuf")) == 0
     asgd = make_config(algo="asgd")
     assert algorithm_options(asgd, 4) == {"staleness_compensation": "none"}
