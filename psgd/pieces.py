@@ -11,10 +11,13 @@ Measured (benchmarks/server_roundtrip.py, gap mode, np 2, shared memory,
 three runs each, psgd's round trip over its floor): asgd at 1e6 float32
 1.08-1.50x (median 1.14) in one message, 0.97-1.10x (1.02) in 256k-element
 pieces; at 1e7 1.23-1.43x (1.31) against 1.11-1.16x (1.15). 128k and 512k
-did about as well. easgd did not change beyond the noise (its server
-already sends the reply before it updates), nor did asgd over TCP
-(1.05x / 1.07x at 1e6), where the transfer dwarfs the update. Every rank
-must use the same piece size (psgd.create checks it).
+did about as well. Over TCP asgd did not change (1.05x / 1.07x at 1e6):
+the transfer dwarfs the update. easgd stays with one message each way
+(`in_pieces = False`): its server sends the center from before the update,
+so the update is already off the worker's path, and in pieces (every piece
+sent first, each updated once sent) its round trip got worse: 1.31x ->
+1.58x its floor at 1e6, 1.16x -> 1.66x at 1e8. Every rank must use the
+same piece size (psgd.create checks it).
 """
 from . import mpi
 
@@ -37,32 +40,28 @@ def set_server_piece(n):
     return old
 
 
-def server_part(exchange, lo=0, hi=None):
+def server_part(exchange, lo=0, hi=None, in_pieces=True):
     """An Exchange on elements [lo, hi) of `exchange`'s buffer that sends
-    and receives in server pieces."""
+    and receives in server pieces (in_pieces) or in one message."""
     hi = exchange.buffer.size if hi is None else hi
-    return mpi.exchange_part(exchange, lo, hi, _piece or None)
+    return mpi.exchange_part(exchange, lo, hi, (_piece or None) if in_pieces else None)
 
 
-def serve(incoming, center, source, update, reply=True, received=False, reply_first=False):
+def serve(incoming, center, source, update, reply=True, received=False):
     """The server's side of one sync with `source`, piece by piece: receive
     piece j into `incoming`, run update(lo, hi) on it, and (reply) send
     piece j of `center` back while later pieces are still arriving.
-    reply_first (easgd): the reply is the center from before the update, so
-    every piece goes out first and piece j is updated once its send is done.
     received: `incoming` already holds the whole message (dc needs all of
     it before the first piece can be corrected)."""
     bounds = incoming.pieces()
     receives = [] if received else [incoming.irecv_part(source, lo, hi) for lo, hi in bounds]
-    sends = [center.isend_part(source, lo, hi) for lo, hi in bounds] if reply_first else []
+    sends = []
     try:
         for j, (lo, hi) in enumerate(bounds):
             if receives:
                 receives[j].wait()
-            if reply_first:
-                sends[j].wait()
             update(lo, hi)
-            if reply and not reply_first:
+            if reply:
                 sends.append(center.isend_part(source, lo, hi))
     finally:
         # after an error too: the worker has posted every piece both ways, so

@@ -11,7 +11,7 @@ Server, on MSG_SYNC from k:
 Both sides use the values from before the exchange (a symmetric elastic force).
 Default alpha = 0.9 / N (the paper's beta = N * alpha = 0.9).
 """
-from .. import kernels, mpi, pieces
+from .. import kernels, mpi
 from .base import Option, register
 from .server import SERVER_OPTIONS, Server
 from .server_worker import ServerWorker
@@ -27,15 +27,13 @@ OPTIONS = {"alpha": Option(lambda N: 0.9 / max(N, 1), _elastic_range), **SERVER_
 class EasgdServer(Server):
     name = "easgd"
     OPTIONS = OPTIONS
+    in_pieces = False           # its update follows the reply: pieces.py says why
     alpha: float
 
     def serve(self, rank):
         reply = self.syncs                      # the worker gets x before this update
-        x, w = self.center.data, self.incoming.data
-
-        def update(lo, hi):                     # x += alpha (w_k - x)
-            kernels.lerp(x[lo:hi], w[lo:hi], self.alpha)
-        pieces.serve(self.incoming_exchange, self.center_exchange, rank, update, reply_first=True)
+        self.center_exchange.sendrecv(rank, self.incoming_exchange)
+        kernels.lerp(self.center.data, self.incoming.data, self.alpha)  # x += alpha (w_k - x)
         return reply
 
 
@@ -44,6 +42,7 @@ class Easgd(ServerWorker):
     name = "easgd"
     OPTIONS = OPTIONS
     server = EasgdServer
+    in_pieces = False
     alpha: float
 
     def initialized(self):

@@ -86,22 +86,24 @@ class Server(Algorithm):
 
     role = "server"
     server_based = True
+    in_pieces = True            # model messages in pieces.server_piece() elements
     poll_max_sleep: float       # SERVER_OPTIONS
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         bounds = shard_bounds(self.buffer.size, self.servers)
         self.shard = bounds[self.node.rank]         # [lo, hi): the elements this rank serves
-        # model traffic goes in pieces (pieces.py): center_exchange, incoming_exchange
+        def part(exchange, lo=0, hi=None):     # in pieces where the algorithm says so
+            return pieces.server_part(exchange, lo, hi, self.in_pieces)
         if self.servers == 1:
             self.center = self.buffer
-            self.center_exchange = pieces.server_part(self.exchange)
+            self.center_exchange = part(self.exchange)
         else:
-            self.center_exchange = pieces.server_part(self.exchange, *self.shard)
+            self.center_exchange = part(self.exchange, *self.shard)
             self.center = self.center_exchange.buffer   # x: a view of this shard
-            self._gather = [pieces.server_part(self.exchange, lo, hi) for lo, hi in bounds]
+            self._gather = [part(self.exchange, lo, hi) for lo, hi in bounds]
         self.incoming = self.center.like()          # w_k or delta_k, as received
-        self.incoming_exchange = pieces.server_part(mpi.Exchange(self.comm, self.incoming))
+        self.incoming_exchange = part(mpi.Exchange(self.comm, self.incoming))
 
     def initialized(self):
         self.server_comm = self.order = None

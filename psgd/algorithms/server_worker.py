@@ -24,6 +24,7 @@ class ServerWorker(Algorithm):
 
     server_based = True
     server = None   # the Server subclass rank 0 runs
+    in_pieces = True            # as the server: model messages in pieces (pieces.py)
     poll_max_sleep: float       # SERVER_OPTIONS: the longest sleep of await_server too
 
     @classmethod
@@ -88,8 +89,8 @@ class ServerWorker(Algorithm):
                                                  tag=TAG_NOTICE) for s in range(self.servers)]
 
     def shard_parts(self, exchange):
-        """[Exchange of shard s's elements, in server pieces] for s = 0..S-1."""
-        return [pieces.server_part(exchange, lo, hi) for lo, hi in self.shards]
+        """[Exchange of shard s's elements] for s = 0..S-1."""
+        return [pieces.server_part(exchange, lo, hi, self.in_pieces) for lo, hi in self.shards]
 
     def exchange_with_server(self):
         raise NotImplementedError

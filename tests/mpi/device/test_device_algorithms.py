@@ -90,7 +90,7 @@ def test_sharded_server_replay_on_device(comm, xp, name):
     assert obj.buffer.on_device
 
 
-@pytest.mark.parametrize("name", ["easgd", "asgd", "masgd"])
+@pytest.mark.parametrize("name", ["asgd", "masgd"])
 def test_server_replay_in_pieces_on_device(comm, xp, name):
     """Messages of 5 elements: each piece staged in before the server's
     update kernel reads it, and each piece of the center finished (direct)
