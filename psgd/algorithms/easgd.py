@@ -42,7 +42,6 @@ class Easgd(ServerWorker):
     name = "easgd"
     OPTIONS = OPTIONS
     server = EasgdServer
-    in_pieces = False
     alpha: float
 
     def initialized(self):

@@ -11,7 +11,8 @@ from .. import mpi, pieces
 from ..buffers import shard_bounds
 from ..errors import ProtocolError, UsageError
 from .base import Algorithm, _check_count
-from .server import NOTICE_DONE, TAG_NOTICE, notice_text
+from .server import NOTICE_DONE, notice_text
+from .server_failure import TAG_NOTICE
 from .waiting import Waiter
 
 NO_NOTICE = -1      # a notice slot not yet written
@@ -24,7 +25,6 @@ class ServerWorker(Algorithm):
 
     server_based = True
     server = None   # the Server subclass rank 0 runs
-    in_pieces = True            # as the server: model messages in pieces (pieces.py)
     poll_max_sleep: float       # SERVER_OPTIONS: the longest sleep of await_server too
 
     @classmethod
@@ -87,6 +87,11 @@ class ServerWorker(Algorithm):
         self._notice[:, 0] = NO_NOTICE
         self._notice_requests = [self.comm.Irecv([self._notice[s], MPI.INT64_T], source=s,
                                                  tag=TAG_NOTICE) for s in range(self.servers)]
+
+    @property
+    def in_pieces(self):
+        """Whether model messages go in pieces (pieces.py): the server's choice."""
+        return self.server.in_pieces
 
     def shard_parts(self, exchange):
         """[Exchange of shard s's elements] for s = 0..S-1."""

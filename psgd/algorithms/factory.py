@@ -1,0 +1,109 @@
+"""psgd.create: the factory that checks a job's arguments on every rank,
+agrees on them (one error raised everywhere, layouts compared), and returns
+the object for this rank's role."""
+import numbers
+
+import numpy as np
+from mpi4py import MPI
+
+from .. import agreement, mpi, pieces
+from ..buffers import FlatBuffer
+from ..errors import UsageError
+from . import lifecycle
+from .base import REGISTRY
+
+
+def describe(name, options, buffer, grad_buffer, stat_buffer=None, servers=1):
+    """What must be the same on every rank. The server piece matters only
+    where model messages go to a server."""
+    server_based = REGISTRY[name].server_based
+    return {"algorithm": name, "servers": servers, "dtype": str(buffer.dtype),
+            "tensors": len(buffer.shapes), "shapes": [list(s) for s in buffer.shapes],
+            "grads": None if grad_buffer is None else [list(s) for s in grad_buffer.shapes],
+            "stats": None if stat_buffer is None else [list(s) for s in stat_buffer.shapes],
+            "options": options,
+            "server piece (PSGD_MPI_SERVER_PIECE)": pieces.server_piece() if server_based
+            else None}
+
+
+def create(name, params, comm=None, grads=None, stats=None, servers=None, **options):
+    """The object for this rank's role in algorithm `name` (see ALGORITHMS.md).
+    Collective over `comm`: any error on any rank is raised on every rank.
+    `stats`: optional non-trained arrays (BatchNorm running statistics); like
+    `params` they become views into a flat buffer (`obj.stats`) that starts
+    as rank 0's, and the collective algorithms average them at every sync
+    with the model's weights (n_k / n, or uniform under weighting=uniform).
+    `servers` (server algorithms; default 1): ranks 0..servers-1 serve, each
+    one contiguous shard of the flat buffer; the other ranks work."""
+    comm = comm if comm is not None else MPI.COMM_WORLD
+    error, cls, resolved, buffer, grad_buffer = None, None, None, None, None
+    stat_buffer = None
+    try:
+        mpi.check_environment()
+        if name not in REGISTRY:
+            raise UsageError("unknown algorithm %r; valid: %s" % (name, ", ".join(REGISTRY)))
+        cls = REGISTRY[name]
+        servers = _check_servers(cls, servers, comm.Get_size())
+        if cls.server_based and comm.Get_size() < 2:
+            raise UsageError("%s needs a server and at least one worker: run with "
+                             "mpirun -np 2 or more (got %d process)" % (name, comm.Get_size()))
+        resolved = cls.resolve_options(options, comm.Get_size(), servers)
+        buffer = _as_buffer(params, "params")
+        needs_grads = getattr(cls, "needs_grads", False)
+        if needs_grads and grads is None:
+            raise UsageError("%s averages gradients: pass grads= (arrays shaped like params)" % name)
+        if grads is not None:
+            if not needs_grads:
+                raise UsageError("%s does not take grads=" % name)
+            grad_buffer = _as_buffer(grads, "grads")
+            if grad_buffer.shapes != buffer.shapes or grad_buffer.dtype != buffer.dtype:
+                raise UsageError("grads must have the shapes and dtype of params")
+        if stats is not None and len(list(stats)):
+            stat_buffer = _as_buffer(stats, "stats")
+    except (UsageError, ValueError, TypeError) as exc:
+        error = exc if isinstance(exc, UsageError) else UsageError(str(exc))
+    agreement.agree(comm, error)
+    comm = comm.Dup()
+    agreement.check_same(comm, describe(name, resolved, buffer, grad_buffer, stat_buffer, servers),
+                         "layout")
+    role = cls.for_rank(comm.Get_rank(), servers)
+    obj = role(comm, buffer, resolved, grad_buffer, stat_buffer, servers)
+    obj.exchange.bcast(mpi.MAIN_RANK)
+    if obj.stat_exchange is not None:
+        obj.stat_exchange.bcast(mpi.MAIN_RANK)
+    obj.initialized()
+    lifecycle.track(obj)
+    return obj
+
+
+def _check_servers(cls, servers, size):
+    """The server count S (1 when not given), or a UsageError."""
+    if servers is None:
+        return 1
+    if not cls.server_based:
+        raise UsageError("servers=%r: %s is a collective algorithm (every rank works); "
+                         "servers are for easgd, asgd and masgd" % (servers, cls.name))
+    if isinstance(servers, (bool, np.bool_)) or not isinstance(servers, numbers.Integral) \
+            or servers < 1:
+        raise UsageError("servers must be an integer >= 1, got %r" % (servers,))
+    if servers >= size and size > 1:
+        raise UsageError("%s with %d servers needs at least %d processes (the servers and one "
+                         "worker), got %d" % (cls.name, servers, servers + 1, size))
+    return int(servers)
+
+
+def _as_buffer(arrays, what):
+    if arrays is None or isinstance(arrays, (str, bytes)):
+        raise UsageError("%s must be a list of arrays" % what)
+    arrays = list(arrays)
+    for i, a in enumerate(arrays):
+        if not hasattr(a, "shape") or not hasattr(a, "dtype"):
+            raise UsageError("%s[%d] is not an array (got %s)" % (what, i, type(a).__name__))
+    dtypes = {np.dtype(a.dtype) for a in arrays}
+    if len(dtypes) > 1:
+        raise UsageError("%s mix dtypes %s; use one of float32, float64" % (
+            what, ", ".join(sorted(map(str, dtypes)))))
+    if dtypes and dtypes.pop().type not in (np.float32, np.float64):
+        raise UsageError("%s must be float32 or float64, got %s" % (what, arrays[0].dtype))
+    return FlatBuffer.wrap(arrays, dtype=arrays[0].dtype if arrays else np.float32)
+
