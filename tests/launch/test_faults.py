@@ -248,6 +248,32 @@ def test_killed_while_writing_a_checkpoint(driver, tmp_path, uninterrupted):
 
 
 @pytest.mark.timeout(120)
+def kill_every_process_of(marker, timeout=30):
+    """SIGKILL every process whose command line holds `marker`, and wait until
+    they are gone: Open MPI's ranks hang off its daemon, not mpirun's process
+    group, and outlived the killpg above for a moment (the resumed job then
+    found the checkpoint directory still locked by the old rank 0)."""
+    def job_pids():
+        pids = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    if marker.encode() in f.read() and int(pid) != os.getpid():
+                        pids.append(int(pid))
+            except OSError:
+                pass
+        return pids
+    deadline = time.time() + timeout
+    while job_pids() and time.time() < deadline:
+        for pid in job_pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.05)
+    assert not job_pids(), "processes of the killed job outlived SIGKILL"
+
+
 def test_kill_9_of_the_whole_job_then_resume(driver, tmp_path, uninterrupted):
     ckpt = str(tmp_path / "ckpt")
     env = dict(os.environ, PYTHONPATH=ROOT, PSGD_BACKEND="numpy", **mpi_env())
@@ -263,6 +289,7 @@ def test_kill_9_of_the_whole_job_then_resume(driver, tmp_path, uninterrupted):
     finally:
         os.killpg(job.pid, signal.SIGKILL)
         job.wait(30)
+        kill_every_process_of(ckpt)
     assert job.returncode == -signal.SIGKILL
     assert assert_complete(ckpt) != os.path.join(ckpt, "epoch-0004")
     resume_and_compare(ckpt, tmp_path, uninterrupted)
