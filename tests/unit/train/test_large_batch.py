@@ -35,7 +35,9 @@ def test_trainer_defaults_by_number_of_workers():
     assert algorithm_options(make_config(algo="easgd"), 8) == {"alpha": 0.3}
     assert algorithm_options(make_config(algo="easgd", alpha=0.5), 8) == {"alpha": 0.5}
     keep = {"reset_local_state": False}
-    assert algorithm_options(make_config(algo="bmuf"), 4) == {"block_momentum": 0.75, **keep}
+    assert algorithm_options(make_config(algo="bmuf"), 4) == {"block_momentum": 0.5, **keep}
+    assert algorithm_options(make_config(algo="bmuf"), 2) == {"block_momentum": 0.5, **keep}
+    assert algorithm_options(make_config(algo="bmuf"), 1) == {"block_momentum": 0.0, **keep}
     assert algorithm_options(make_config(algo="bmuf"), 5) == {"block_momentum": 0.5, **keep}
     assert algorithm_options(make_config(algo="bmuf"), 8) == {"block_momentum": 0.5, **keep}
     assert [lr_scale(make_config(algo="bmuf"), n) for n in (4, 5, 7, 8, 12)] == [
