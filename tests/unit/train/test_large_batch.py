@@ -43,6 +43,12 @@ def test_trainer_defaults_by_number_of_workers():
     assert [lr_scale(make_config(algo="bmuf"), n) for n in (4, 5, 7, 8, 12)] == [
         1.0, 2.0, 2.0, 2.0, 3.0]
     assert warmup_epochs(make_config(algo="bmuf")) == 0
+    assert [algorithm_options(make_config(algo="sod"), n)["outer_lr"] for n in (1, 2, 4, 8)] == [
+        pytest.approx(0.175), pytest.approx(0.35), 0.7, 0.7]
+    assert algorithm_options(make_config(algo="sod", outer="nesterov"), 2) == {
+        "outer": "nesterov", "outer_lr": pytest.approx(0.35)}
+    assert algorithm_options(make_config(algo="sod", outer_lr=0.7), 2) == {"outer_lr": 0.7}
+    assert algorithm_options(make_config(algo="sod", outer="adam"), 2) == {"outer": "adam"}
     asgd = make_config(algo="asgd")
     assert algorithm_options(asgd, 4) == {"staleness_compensation": "none"}
     assert default_lr(asgd, 4) == pytest.approx(0.0005)
