@@ -4,6 +4,8 @@ larger batch, so they need a larger rate for the same progress per sample.
 
     linear rule (SGD-family optimizers; Goyal et al. 2017):   lr_N = N * lr
     square-root rule (adaptive ones: Adam, RMSProp, AdaGrad):  lr_N = sqrt(N) * lr
+      or, with a linear start, lr_N = max(sqrt(N), min(N, 3)) * lr: linear
+      up to 3x (N = 2, 3), then 3x until sqrt(N) passes it (N > 9)
     gradual warm-up over W epochs: epoch e (from 0) trains at
         lr * (1 + (k - 1) * min(1, (e + 1) / (W + 1))),   k = lr_N / lr
     so the first epoch is already above lr and epoch W reaches lr_N
@@ -17,15 +19,23 @@ import math
 ADAPTIVE = ("adam", "rmsprop", "adagrad", "adadelta")
 
 
-def scale_factor(optimizer, num_workers):
+LINEAR_START_UP_TO = 3.0
+
+
+def scale_factor(optimizer, num_workers, linear_start=False):
     """k: the rule's factor for `num_workers` workers."""
     if num_workers <= 1:
         return 1.0
-    return math.sqrt(num_workers) if optimizer in ADAPTIVE else float(num_workers)
+    if optimizer not in ADAPTIVE:
+        return float(num_workers)
+    root = math.sqrt(num_workers)
+    return max(root, min(float(num_workers), LINEAR_START_UP_TO)) if linear_start else root
 
 
-def rule_name(optimizer):
-    return "square-root" if optimizer in ADAPTIVE else "linear"
+def rule_name(optimizer, linear_start=False):
+    if optimizer not in ADAPTIVE:
+        return "linear"
+    return "linear to 3x, then square-root" if linear_start else "square-root"
 
 
 def warmup_factor(epoch, k, warmup_epochs):

@@ -14,6 +14,12 @@ def test_square_root_rule_for_adaptive_optimizers_linear_for_sgd():
     assert large_batch.scale_factor("adam", 1) == 1.0
 
 
+def test_the_linear_start_is_linear_to_3x_then_square_root():
+    ks = [large_batch.scale_factor("adam", n, linear_start=True) for n in (1, 2, 3, 4, 8, 9, 16)]
+    assert ks == pytest.approx([1.0, 2.0, 3.0, 3.0, 3.0, 3.0, 4.0])
+    assert large_batch.scale_factor("sgd", 4, linear_start=True) == 4.0
+
+
 def test_warmup_ramps_from_above_the_one_worker_rate_to_the_scaled_rate():
     k, W = 4.0, 3
     rates = [k * large_batch.warmup_factor(e, k, W) for e in range(6)]
@@ -21,10 +27,10 @@ def test_warmup_ramps_from_above_the_one_worker_rate_to_the_scaled_rate():
     assert large_batch.warmup_factor(0, k, 0) == 1.0
 
 
-@pytest.mark.parametrize("algo,scaled", [("bsp", True), ("sod", True), ("easgd", True),
-                                         ("syncgrad", True), ("asgd", False)])
-def test_which_algorithms_scale_and_the_flag_that_turns_it_off(algo, scaled):
-    assert lr_scale(make_config(algo=algo), 4) == (2.0 if scaled else 1.0)
+@pytest.mark.parametrize("algo,k", [("bsp", 3.0), ("sod", 2.0), ("easgd", 3.0),
+                                    ("syncgrad", 3.0), ("asgd", 1.0)])
+def test_which_algorithms_scale_and_the_flag_that_turns_it_off(algo, k):
+    assert lr_scale(make_config(algo=algo), 4) == k
     assert lr_scale(make_config(algo=algo, lr_scaling=False), 4) == 1.0
     assert lr_scale(make_config(algo=algo), 1) == 1.0
 
