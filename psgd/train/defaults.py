@@ -119,16 +119,16 @@ ASGD_DC_FROM = 8
 # set for the staleness, default_lr).
 #
 # For adaptive optimizers bsp, easgd and syncgrad start linear (x2 at 2
-# workers, x3 from 3 to 9, then sqrt(N): large_batch.scale_factor): at 4
+# workers, x3 from 3 to 9, then sqrt(N): large_batch.scale_factor). At 4
 # workers sqrt(4) = 2 left them 1.1 / 1.0 / 1.4 points behind one worker on
-# MNIST-1D (grid, seeds 1-3); x3 took that to 0.1 / 0.5 / -0.4, with the
-# Kaldi corpus at 0.0 / 0.3 / 0.7 (was -0.3 / -0.2 / 0.1); at 5 workers
-# bsp / syncgrad 0.5 / 0.7 -> 0.0 / -0.5; at 2 workers bsp 0.4 -> 0.5 and
-# syncgrad (MNIST-1D / Kaldi) 0.3 / 0.1 -> -0.6 / 0.2; easgd at 2 workers 0.8
-# -> 0.6. At 8 workers x2.83 and x3 are the same rule; x4.24 was worse
-# (syncgrad 0.8 -> 1.4). sod keeps sqrt(N): its outer step amplifies the
-# rate, and x3 at 4 workers cost it 0.4 points on the Kaldi corpus (0.9 ->
-# 1.3).
+# MNIST-1D; with x3 the grid (BENCHMARKS.md, seeds 1-3) has 0.5 / -0.2 / -0.7
+# there, and the Kaldi corpus 0.1 / -0.2 / 0.9 (was -0.3 / -0.2 / 0.1). At 8
+# workers x3 and x2.83 are about the same rate (grid: MNIST-1D 1.0 / 1.8 /
+# 0.7, Kaldi -0.4 / 0.1 / 0.6); x4.24 was worse (syncgrad 0.8 -> 1.4). Sweeps
+# with the rate given as --lr: at 5 workers bsp / syncgrad 0.5 / 0.7 -> 0.0
+# / -0.5; at 2 workers bsp 0.4 -> 0.5, easgd 0.8 -> 0.6. sod keeps sqrt(N):
+# its outer step amplifies the rate, and x3 at 4 workers cost it 0.4 points
+# on the Kaldi corpus (0.9 -> 1.3).
 LR_SCALED = ("bsp", "easgd", "sod", "syncgrad")
 LINEAR_START = ("bsp", "easgd", "syncgrad")
 WARMUP_EPOCHS = 2

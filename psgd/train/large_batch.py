@@ -35,7 +35,8 @@ def scale_factor(optimizer, num_workers, linear_start=False):
 def rule_name(optimizer, linear_start=False):
     if optimizer not in ADAPTIVE:
         return "linear"
-    return "linear to 3x, then square-root" if linear_start else "square-root"
+    return ("linear to %gx, then square-root" % LINEAR_START_UP_TO if linear_start
+            else "square-root")
 
 
 def warmup_factor(epoch, k, warmup_epochs):

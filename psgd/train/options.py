@@ -69,7 +69,9 @@ def build_parser(prog="psgd-train"):
     g.add_argument("--reset-local-state", dest="reset_local_state", action="store_const",
                    const=True, help="bmuf: clear the local optimizer state after each sync")
     g.add_argument("--outer", choices=("sgd", "momentum", "nesterov", "adam"), help="sod outer step")
-    g.add_argument("--outer-lr", type=finite_float, help="sod outer learning rate (default 0.7; trainer: 0.7 * min(1, N/4) with the Nesterov outer step)")
+    g.add_argument("--outer-lr", type=finite_float,
+                   help="sod outer learning rate (default 0.7; the trainer's with the Nesterov "
+                        "outer step: 0.7 * min(1, N/4))")
     g.add_argument("--outer-momentum", type=finite_float, help="sod outer momentum (default 0.9)")
     g.add_argument("--barrier-period", type=int, help="asgd/masgd bounded staleness K")
     g.add_argument("--servers", type=int, default=None, metavar="S",
