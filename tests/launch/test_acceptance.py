@@ -14,9 +14,16 @@ from launch_util import psgd_train
 pytestmark = [pytest.mark.timeout(300), pytest.mark.one_mpi]
 
 
+# The gaps are a point or two, and BLAS threads change the numerics by about
+# that much (one worker: 96.1% with one thread, 96.8% with two, default
+# seed), so every run here has one, as `make test` and the benchmarks do,
+# however pytest was started.
+ONE_BLAS_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
 def final_accuracy(tmp_path, np_, *flags):
     metrics = str(tmp_path / "m.jsonl")
-    r = psgd_train(np_, *flags, "--metrics", metrics, "--quiet", timeout=280)
+    r = psgd_train(np_, *flags, "--metrics", metrics, "--quiet", timeout=280, env=ONE_BLAS_THREAD)
     assert r.returncode == 0, r.stdout + r.stderr
     rows = [json.loads(line) for line in open(metrics)]
     assert rows[-1]["epoch"] == 30  # the default number of epochs
@@ -29,13 +36,15 @@ def one_worker(tmp_path_factory):
 
 
 # Allowed gap to one worker (96.1% at the default seed), in accuracy. Measured
-# at np 5 with the defaults of this commit: bsp 95.1%, sod 95.3%, syncgrad
-# 95.1% (1.0; with the large-batch rule, was 92.0%), bmuf 94.9% (1.2; eta 0.5
-# and the rate x2 from 5 workers, was 90.4%); easgd 94.3% and 93.5% (1.8,
-# 2.6: its update order depends on timing), masgd 91.9% and 93.4% (4.2,
-# 2.7), asgd 91.4% and 90.5% (4.7, 5.6: 4 workers, timing-dependent).
-# BENCHMARKS.md has the gaps over seeds and why they stay open.
-MAX_GAP = {"bsp": 0.02, "sod": 0.02, "syncgrad": 0.02, "bmuf": 0.02, "easgd": 0.045,
+# at np 5 with the defaults of this commit: bsp 94.6%, syncgrad 94.7% (1.5,
+# 1.4: the large-batch rule's x3 from 3 workers; with sqrt(N) both were
+# 95.1%, but 1.1 / 1.4 points behind at 4 workers over seeds 1-3), sod 95.3%,
+# bmuf 94.9% (1.2); easgd 95.0, 94.9, 95.3, 95.0% on a quiet machine and
+# 94.1, 95.1, 94.5% with two busy loops beside it (up to 2.0: its update
+# order depends on timing), masgd 93.4% and 92.9% (3.2 at most), asgd 90.3%
+# and 91.3% (5.8 at most: 4 workers, timing-dependent). BENCHMARKS.md has the
+# gaps over seeds and why they stay open.
+MAX_GAP = {"bsp": 0.02, "sod": 0.02, "syncgrad": 0.02, "bmuf": 0.02, "easgd": 0.03,
            "masgd": 0.05, "asgd": 0.08}
 
 
