@@ -304,9 +304,9 @@ class Exchange:
 # reads it. MPICH progresses a non-blocking collective only inside MPI calls,
 # so host work runs in PROGRESS_BLOCK pieces with a Test between them.
 # The defaults come from benchmarks/pipeline_sweep.py (benchmarks/FINDINGS.md):
-# on the 2-core machine at np 2 the pipeline lost at 1e6 float32 in both
-# regimes and won at 1e7 (a 40 MB sum in chunks that stay in cache), with
-# 256k-1M elements per chunk doing about equally well.
+# on the 2-core machine the pipeline lost at 1e6 float32 through shared memory
+# (over TCP: a tie at np 2, a small win at np 4) and won at 1e7 (a 40 MB sum
+# in chunks that stay in cache), 256k-1M elements per chunk about equally.
 DEFAULT_PIPELINE_CHUNK = 1 << 19      # elements per Iallreduce (2 MB of float32)
 DEFAULT_PIPELINE_THRESHOLD = 1 << 22  # smaller buffers (16 MB of float32): one call
 PROGRESS_BLOCK = 1 << 16              # host elements between two Tests
