@@ -40,10 +40,9 @@ def set_server_piece(n):
     return old
 
 
-def server_part(exchange, lo=0, hi=None, in_pieces=True):
+def server_part(exchange, lo, hi, in_pieces):
     """An Exchange on elements [lo, hi) of `exchange`'s buffer that sends
     and receives in server pieces (in_pieces) or in one message."""
-    hi = exchange.buffer.size if hi is None else hi
     return mpi.exchange_part(exchange, lo, hi, (_piece or None) if in_pieces else None)
 
 

@@ -92,17 +92,15 @@ class Server(GivingUp, Algorithm):
         super().__init__(*args, **kwargs)
         bounds = shard_bounds(self.buffer.size, self.servers)
         self.shard = bounds[self.node.rank]         # [lo, hi): the elements this rank serves
-        def part(exchange, lo=0, hi=None):     # in pieces where the algorithm says so
+        def part(exchange, lo, hi):     # in pieces where the algorithm says so
             return pieces.server_part(exchange, lo, hi, self.in_pieces)
-        if self.servers == 1:
-            self.center = self.buffer
-            self.center_exchange = part(self.exchange)
-        else:
-            self.center_exchange = part(self.exchange, *self.shard)
-            self.center = self.center_exchange.buffer   # x: a view of this shard
+        self.center_exchange = part(self.exchange, *self.shard)
+        # x: the whole buffer with one server, else a view of this shard
+        self.center = self.buffer if self.servers == 1 else self.center_exchange.buffer
+        if self.servers > 1:
             self._gather = [part(self.exchange, lo, hi) for lo, hi in bounds]
         self.incoming = self.center.like()          # w_k or delta_k, as received
-        self.incoming_exchange = part(mpi.Exchange(self.comm, self.incoming))
+        self.incoming_exchange = part(mpi.Exchange(self.comm, self.incoming), 0, self.incoming.size)
 
     def initialized(self):
         self.server_comm = self.order = None

@@ -247,7 +247,6 @@ def test_killed_while_writing_a_checkpoint(driver, tmp_path, uninterrupted):
     assert assert_complete(ckpt) == os.path.join(ckpt, "epoch-0004")
 
 
-@pytest.mark.timeout(120)
 def kill_every_process_of(marker, timeout=30):
     """SIGKILL every process whose command line holds `marker`, and wait until
     they are gone: Open MPI's ranks hang off its daemon, not mpirun's process
@@ -274,6 +273,7 @@ def kill_every_process_of(marker, timeout=30):
     assert not job_pids(), "processes of the killed job outlived SIGKILL"
 
 
+@pytest.mark.timeout(120)
 def test_kill_9_of_the_whole_job_then_resume(driver, tmp_path, uninterrupted):
     ckpt = str(tmp_path / "ckpt")
     env = dict(os.environ, PYTHONPATH=ROOT, PSGD_BACKEND="numpy", **mpi_env())
