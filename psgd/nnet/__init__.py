@@ -11,7 +11,7 @@ from .loss import LOSSES, MSE, CrossEntropy, get_loss
 from .lstm import LSTM
 from .models import MODELS, build_model
 from .network import Network
-from .optimizers import OPTIMIZERS, create_optimizer
+from .optimizers import OPTIMIZERS, create_optimizer, momentum_option
 from .reshape import Flatten, LastFrame, Reshape
 from .splice import Splice
 
@@ -19,5 +19,5 @@ __all__ = [
     "AffineTransform", "BatchNorm", "Component", "Conv1d", "CrossEntropy", "Dropout",
     "Flatten", "LastFrame", "LOSSES", "LSTM", "MaxPool1d", "MODELS", "MSE", "Network",
     "OPTIMIZERS", "ReLU", "Reshape", "Sigmoid", "Softmax", "Splice", "Tanh",
-    "build_model", "create_optimizer", "get_loss",
+    "build_model", "create_optimizer", "get_loss", "momentum_option",
 ]

@@ -169,3 +169,10 @@ def create_optimizer(name, **options):
     except KeyError:
         raise UsageError("unknown optimizer %r; valid: %s" % (name, ", ".join(OPTIMIZERS)))
     return cls(**options)
+
+
+def momentum_option(name):
+    """The option that is optimizer `name`'s momentum term (the trainer's
+    --momentum): Adam's beta1, else momentum (which SGD, AdaGrad and
+    AdaDelta refuse)."""
+    return "beta1" if name == "adam" else "momentum"

@@ -6,6 +6,7 @@ import warnings
 import numpy as np
 
 from ..errors import UsageError
+from ..nnet.optimizers import momentum_option
 
 MODEL_FLAGS = ("hidden", "channels", "lstm_cells", "dropout", "batchnorm")
 # What the checkpoint's state was made of: resuming under another value
@@ -70,7 +71,7 @@ def reconcile_resume(args, arrays, header, say):
             changed.append((name, saved[name], getattr(args, name)))
     for name in OPTIMIZER_OPTIONS:
         new = getattr(args, name, None)
-        key = "opt/" + name
+        key = "opt/" + (momentum_option(args.optimizer) if name == "momentum" else name)
         if new is None or key not in arrays or float(arrays[key]) == float(new) \
                 or (name == "clip" and args.model_parallel):   # clipped outside the optimizer
             continue

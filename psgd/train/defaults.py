@@ -3,6 +3,8 @@ local rate, the large-batch rule and the block size that a user who types
 only `--algo X` gets, each chosen by measurement (MNIST-1D CNN, Adam, 30
 epochs; BENCHMARKS.md's convergence grid, benchmarks/FINDINGS.md). The
 algorithms' own defaults (psgd.create) stay those of ALGORITHMS.md."""
+import math
+
 DEFAULT_LR = {"sgd": 0.05, "momentum": 0.02, "nesterov": 0.02, "adagrad": 0.02,
               "adadelta": 1.0, "rmsprop": 1e-3, "adam": 2e-3}
 
@@ -83,27 +85,59 @@ STALENESS_COMPENSATION = {"asgd": lambda N: "dc" if N >= ASGD_DC_FROM else "none
 
 def default_lr(args, num_workers):
     """The optimizer's default rate; asgd adds every worker's delta to the
-    center at full gain, so the center moves N times as fast as one worker's
-    optimizer and its default local rate is divided by N (measured: the
-    undivided rate left asgd at 25-83% at np 5 on MNIST-1D, divided 92-93%)
-    -- up to ASGD_DC_FROM workers. From there on the divided rate is too slow
-    (8 workers: 78.1% / 76.6% for seeds 1 / 2) and a larger one diverges
-    without compensation (lr/2.8: 35%, lr/2: 27%), so asgd switches to delay
-    compensation (trainer_defaults) and the undivided rate: 90.8% / 88.2%."""
+    center at full gain, so below ASGD_DC_FROM workers its default local
+    rate is divided by sqrt(N): the N deltas of a round carry N times one
+    worker's signal but only sqrt(N) times its noise. From ASGD_DC_FROM on,
+    asgd takes delay compensation (trainer_defaults) and the undivided rate."""
     lr = DEFAULT_LR.get(args.optimizer, 0.01)
     if args.algo == "asgd" and num_workers < ASGD_DC_FROM:
-        return lr / num_workers
+        return lr / math.sqrt(num_workers)
     return lr
 
 
-# asgd: below this many workers, no compensation and the rate divided by N;
-# from it on, dc and the undivided rate. Measured on MNIST-1D (30 epochs, seeds
-# 1 / 2, one worker 96.5% / 95.1%): at 4 workers dc at lr/4 cost 4.6 / 4.7
-# points (94.8 -> 90.2, 91.6 -> 86.9) and dc at lr 92.1% (seed 1); at 8 workers
-# see default_lr. masgd: dc at every N (8 workers: 29.8% -> 89.1%; 4 workers,
-# seeds 1 / 2: 91.1 / 88.0% -> 91.6 / 89.9%); scale was behind dc at 8 workers
-# (asgd 89.3-90.9%, masgd 86.5%).
-ASGD_DC_FROM = 8
+def local_momentum(args, num_workers):
+    """The local optimizer's momentum term (momentum and nesterov: mu; adam:
+    beta1) where the trainer's default differs from the optimizer's own, else
+    None. asgd below ASGD_DC_FROM workers takes ASYNC_LOCAL_MOMENTUM: its
+    asynchrony is a momentum of its own (see there)."""
+    if args.algo == "asgd" and 2 <= num_workers < ASGD_DC_FROM and \
+            args.optimizer in ("momentum", "nesterov", "adam"):
+        return ASYNC_LOCAL_MOMENTUM
+    return None
+
+
+# asgd: with N workers each delta lands about N - 1 center updates late, which
+# acts like a momentum of 1 - 1/N on top of the local optimizer's own
+# (Mitliagkas et al., "Asynchrony begets momentum", 2016), so 0.9 locally
+# overshoots: the center swung 5-10 points between epochs. Below
+# ASGD_DC_FROM workers the trainer takes a local momentum of 0.5 and the rate
+# / sqrt(N). Gap to one worker, mean of seeds 1-3, MNIST-1D, in points, at
+# 2 / 3 / 4 / 5 workers: momentum 0.9 and rate / N (the old default) 0.3 /
+# 0.8 / 1.9 and 2.3 / 9.1; 0.5 and rate / sqrt(N) 0.7 / -0.1 / 0.2 and 0.2 /
+# 0.4; at 4 workers the default seed, six runs: 89.4-92.8% -> 94.3-95.6% (one
+# worker 96.1%). Also at 4 workers: Adam's beta1 0 at rate / 4 9.5, at rate
+# / 2 0.5, at rate / 1.5 0.3; beta1 1 - N/10 at rate / sqrt(N) 9.2 (one seed
+# at 68%); the SGD-momentum optimizer (mu 0.9, rate / 4 -> 0.5, rate / 2)
+# 19.3 -> 4.7 behind its own one worker (96.9%). masgd, whose server
+# momentum is the center's, did not move (beta1 0.5 at 4 workers: 3.5 ->
+# 3.2).
+ASYNC_LOCAL_MOMENTUM = 0.5
+
+
+# asgd: below this many workers, no compensation (see ASYNC_LOCAL_MOMENTUM);
+# from it on, dc at the undivided rate, since the local momentum of 0.5 lost
+# its grip at 6 / 7 workers (gaps 1.4 and 5.4 / 3.4 and 3.5 in two sweeps,
+# single seeds from 87.3% to 95.1%) where dc measured 3.2 / 3.7 (91.3-93.3%),
+# and the old rate / N 10.9 / 18.5. Earlier, on MNIST-1D (30 epochs, seeds 1 /
+# 2, one worker 96.5% / 95.1%): at 4 workers dc at rate / 4 cost 4.6 / 4.7
+# points (94.8 -> 90.2, 91.6 -> 86.9) and dc at the rate 92.1% (seed 1); at 8
+# workers the rate / 8 was too slow (78.1% / 76.6%), a larger one diverged
+# without compensation (rate / 2.8: 35%, rate / 2: 27%; with Adam's beta1 0
+# at rate / 2: 53% mean), and dc at the full rate gave 90.8% / 88.2%. masgd:
+# dc at every N (8 workers: 29.8% -> 89.1%; 4 workers, seeds 1 / 2: 91.1 /
+# 88.0% -> 91.6 / 89.9%); scale was behind dc at 8 workers (asgd 89.3-90.9%,
+# masgd 86.5%).
+ASGD_DC_FROM = 6
 
 
 # The large-batch rule (large_batch.py) by algorithm, measured on MNIST-1D at

@@ -10,7 +10,7 @@ from mpi4py import MPI
 from .. import agreement, cuda_aware, mpi
 from ..backend import get_backend
 from ..errors import UsageError
-from ..nnet import create_optimizer
+from ..nnet import create_optimizer, momentum_option
 from . import checkpoint as ckpt
 from . import consistency, model_files, outputs
 from .data_parallel import DataParallel
@@ -18,7 +18,7 @@ from .data_setup import combine, read_local
 from .faults import Watchdog
 from .metrics import Progress, kaldi_epoch_lines, kaldi_log
 from .large_batch import warmup_factor
-from .defaults import default_lr, lr_rule_name, lr_scale, warmup_epochs
+from .defaults import default_lr, local_momentum, lr_rule_name, lr_scale, warmup_epochs
 from .schedule import Schedule
 
 
@@ -129,8 +129,10 @@ class Trainer(mpi.Closeable):
         lr = (args.lr if args.lr is not None else default_lr(args, self.num_workers)) * self.lr_scale
         opt_options = {"lr": lr, "weight_decay": args.weight_decay or None,
                        "clip": args.clip or None}
-        if args.optimizer in ("momentum", "nesterov"):
-            opt_options["momentum"] = args.momentum
+        momentum = args.momentum if args.momentum is not None else \
+            local_momentum(args, self.num_workers)
+        if momentum is not None:
+            opt_options[momentum_option(args.optimizer)] = momentum
         self.optimizer = create_optimizer(args.optimizer, **opt_options)
         self.schedule = Schedule(args.lr_schedule, lr, args.lr_decay, args.newbob_start,
                                  args.newbob_end, args.newbob_factor)
@@ -145,10 +147,13 @@ class Trainer(mpi.Closeable):
     def _announce(self):
         d = self.data
         kaldi_log(self.parallel.announcement(self.net, d, self.backend), "setup")
-        kaldi_log("%s lr %g%s" % (self.args.optimizer, self.schedule.lr, "" if self.lr_scale == 1
-                  else " (%s rule: x%.2f for %d workers, reached after %d warm-up epochs)" % (
-                      lr_rule_name(self.args), self.lr_scale, self.num_workers,
-                      warmup_epochs(self.args))), "setup")
+        options = getattr(self.optimizer, "options", {})
+        term = momentum_option(self.args.optimizer)
+        momentum = " %s %g" % (term, options[term]) if term in options else ""
+        rule = "" if self.lr_scale == 1 else \
+            " (%s rule: x%.2f for %d workers, reached after %d warm-up epochs)" % (
+                lr_rule_name(self.args), self.lr_scale, self.num_workers, warmup_epochs(self.args))
+        kaldi_log("%s lr %g%s%s" % (self.args.optimizer, self.schedule.lr, momentum, rule), "setup")
         if any(d.skipped):
             kaldi_log("skipped utterances: %d with a label count that does not match their "
                       "frames, %d without targets" % d.skipped, "setup")

@@ -1,9 +1,10 @@
 """The trainer's acceptance on the embedded data, with every default: each
 algorithm at np 5 ends within its allowed gap of one worker trained on the
 same samples with the same seed (2 points where psgd meets the goal of issue
-10; the rest are floors at the measured gap plus a margin, so a regression
-still fails), the README's main command (easgd at np 5) reaches at least
-85%, and the mlp at least 60%. Accuracy is asserted, never time."""
+10, 3 where timing moves the result by as much; masgd's is a floor at the
+measured gap plus a margin, so a regression still fails), the README's main
+command (easgd at np 5) reaches at least 85%, and the mlp at least 60%.
+Accuracy is asserted, never time."""
 import json
 
 import pytest
@@ -41,11 +42,13 @@ def one_worker(tmp_path_factory):
 # 95.1%, but 1.1 / 1.4 points behind at 4 workers over seeds 1-3), sod 95.3%,
 # bmuf 94.9% (1.2); easgd 95.0, 94.9, 95.3, 95.0% on a quiet machine and
 # 94.1, 95.1, 94.5% with two busy loops beside it (up to 2.0: its update
-# order depends on timing), masgd 93.4% and 92.9% (3.2 at most), asgd 90.3%
-# and 91.3% (5.8 at most: 4 workers, timing-dependent). BENCHMARKS.md has the
-# gaps over seeds and why they stay open.
+# order depends on timing), asgd 94.0-95.4% in six runs on a quiet machine
+# and six beside two busy loops (up to 2.1, timing-dependent too; with a
+# local momentum of 0.9 and the rate / 4 it measured 85.1-92.8% and once
+# failed CI at 86.2%), masgd 93.4% and 92.9% (3.2 at most). BENCHMARKS.md
+# has the gaps over seeds and why masgd's stays open.
 MAX_GAP = {"bsp": 0.02, "sod": 0.02, "syncgrad": 0.02, "bmuf": 0.02, "easgd": 0.03,
-           "masgd": 0.05, "asgd": 0.08}
+           "asgd": 0.03, "masgd": 0.05}
 
 
 @pytest.mark.parametrize("algo", ["bsp", "bmuf", "sod", "syncgrad", "easgd", "asgd", "masgd"])

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from launch_util import psgd_train
+from launch_util import assert_clean_failure, psgd_train
 
 # what it checks (accuracy, numerics, files) does not depend on the MPI library
 pytestmark = [pytest.mark.timeout(300), pytest.mark.one_mpi]
@@ -37,12 +37,28 @@ def test_the_large_batch_rate_warms_up_and_can_be_turned_off(tmp_path):
     metrics = str(tmp_path / "m.jsonl")
     r = psgd_train(2, "--algo", "bsp", "--epochs", "3", *QUICK, "--metrics", metrics)
     assert r.returncode == 0, r.stderr
-    assert "adam lr 0.004 (linear to 3x, then square-root rule: x2.00 for 2 workers" in r.stdout
+    assert "adam lr 0.004 beta1 0.9 (linear to 3x, then square-root rule: x2.00 for 2 workers" in r.stdout
     k = 2.0
     expected = [0.002 * (1 + (k - 1) * min(1, e / 3)) for e in (1, 2, 3)]
     assert [row["lr"] for row in rows_of(metrics)] == pytest.approx(expected)
     r = psgd_train(2, "--algo", "bsp", "--epochs", "1", *QUICK, "--metrics", metrics,
                    "--no-lr-scaling")
     assert r.returncode == 0, r.stderr
-    assert "adam lr 0.002\n" in r.stdout and "rule" not in r.stdout
+    assert "adam lr 0.002 beta1 0.9\n" in r.stdout and "rule" not in r.stdout
     assert rows_of(metrics)[0]["lr"] == pytest.approx(0.002)
+
+
+def test_asgd_below_6_workers_takes_a_local_momentum_of_one_half(tmp_path):
+    r = psgd_train(5, "--algo", "asgd", "--epochs", "1", *QUICK)
+    assert r.returncode == 0, r.stderr
+    assert "adam lr 0.001 beta1 0.5\n" in r.stdout      # rate / sqrt(4 workers)
+    r = psgd_train(5, "--algo", "asgd", "--epochs", "1", *QUICK, "--momentum", "0.8",
+                   "--optimizer", "nesterov")
+    assert r.returncode == 0, r.stderr
+    assert "nesterov lr 0.01 momentum 0.8\n" in r.stdout
+
+
+def test_a_momentum_for_an_optimizer_without_one_is_an_error():
+    r = psgd_train(2, "--algo", "bsp", "--epochs", "1", *QUICK, "--optimizer", "sgd",
+                   "--momentum", "0.5")
+    assert_clean_failure(r, "optimizer 'sgd' does not take momentum")

@@ -93,6 +93,15 @@ def test_resume_with_a_new_lr_applies_it_and_says_so(checkpointed, tmp_path):
 
 
 @pytest.mark.timeout(90)
+def test_resume_with_a_new_momentum_sets_adams_beta1_and_says_so(checkpointed):
+    result = psgd_train(2, "--algo", "asgd", "--model", "mlp", "--hidden", "16",
+                        "--num-samples", "600", "--epochs", "3", "--lr", "0.002",
+                        "--momentum", "0.7", "--checkpoint-dir", checkpointed, "--resume")
+    assert result.returncode == 0, result.stderr
+    assert "resume: --momentum 0.7 (the checkpoint's was 0.9) takes effect" in result.stdout
+
+
+@pytest.mark.timeout(90)
 @pytest.mark.parametrize("flags,needle", [
     (["--algo", "bsp"], "--resume: --algo bsp differs from the checkpoint's asgd"),
     (["--algo", "easgd"], "--resume: --algo easgd differs from the checkpoint's asgd"),

@@ -57,7 +57,18 @@ def test_trainer_defaults_by_number_of_workers():
     assert algorithm_options(make_config(algo="sod", outer="adam"), 2) == {"outer": "adam"}
     asgd = make_config(algo="asgd")
     assert algorithm_options(asgd, 4) == {"staleness_compensation": "none"}
-    assert default_lr(asgd, 4) == pytest.approx(0.0005)
-    assert algorithm_options(asgd, 8) == {"staleness_compensation": "dc"}
-    assert default_lr(asgd, 8) == pytest.approx(0.002)
+    assert default_lr(asgd, 4) == pytest.approx(0.001)
+    assert default_lr(asgd, 5) == pytest.approx(0.002 / math.sqrt(5))
+    assert algorithm_options(asgd, 6) == {"staleness_compensation": "dc"}
+    assert default_lr(asgd, 6) == pytest.approx(0.002)
     assert algorithm_options(make_config(algo="masgd"), 4) == {"staleness_compensation": "dc"}
+
+
+def test_asgd_takes_a_local_momentum_of_one_half_from_2_to_5_workers():
+    from psgd.train.defaults import local_momentum
+    assert [local_momentum(make_config(algo="asgd"), n) for n in (1, 2, 5, 6, 8)] == [
+        None, 0.5, 0.5, None, None]
+    assert local_momentum(make_config(algo="asgd", optimizer="momentum"), 4) == 0.5
+    assert local_momentum(make_config(algo="asgd", optimizer="sgd"), 4) is None
+    assert local_momentum(make_config(algo="masgd"), 4) is None
+    assert local_momentum(make_config(algo="bsp"), 4) is None
