@@ -114,29 +114,29 @@ def local_momentum(args, num_workers):
 # / sqrt(N). Gap to one worker, mean of seeds 1-3, MNIST-1D, in points, at
 # 2 / 3 / 4 / 5 workers: momentum 0.9 and rate / N (the old default) 0.3 /
 # 0.8 / 1.9 and 2.3 / 9.1; 0.5 and rate / sqrt(N) 0.7 / -0.1 / 0.2 and 0.2 /
-# 0.4; at 4 workers the default seed, six runs: 89.4-92.8% -> 94.3-95.6% (one
-# worker 96.1%). Also at 4 workers: Adam's beta1 0 at rate / 4 9.5, at rate
-# / 2 0.5, at rate / 1.5 0.3; beta1 1 - N/10 at rate / sqrt(N) 9.2 (one seed
-# at 68%); the SGD-momentum optimizer (mu 0.9, rate / 4 -> 0.5, rate / 2)
-# 19.3 -> 4.7 behind its own one worker (96.9%). masgd, whose server
-# momentum is the center's, did not move (beta1 0.5 at 4 workers: 3.5 ->
-# 3.2).
+# 0.4. At 4 workers and the default seed: 85.1-92.8% in 16 runs -> 94.0-95.4%
+# in 12, of which 6 and 6 beside two busy loops (one worker 96.1%). Also at 4
+# workers: Adam's beta1 0 at rate / 4 9.5, at rate / 2 0.5, at rate / 1.5
+# 0.3; beta1 1 - N/10 at rate / sqrt(N) 9.2 (one seed at 68%); the
+# SGD-momentum optimizer (mu 0.9, rate / 4 -> 0.5, rate / 2) 19.3 -> 4.7
+# behind its own one worker (96.9%). masgd, whose server momentum is the
+# center's, did not move (beta1 0.5 at 4 workers: 3.5 -> 3.2).
 ASYNC_LOCAL_MOMENTUM = 0.5
 
 
 # asgd: below this many workers, no compensation (see ASYNC_LOCAL_MOMENTUM);
-# from it on, dc at the undivided rate, since the local momentum of 0.5 lost
-# its grip at 6 / 7 workers (gaps 1.4 and 5.4 / 3.4 and 3.5 in two sweeps,
-# single seeds from 87.3% to 95.1%) where dc measured 3.2 / 3.7 (91.3-93.3%),
-# and the old rate / N 10.9 / 18.5. Earlier, on MNIST-1D (30 epochs, seeds 1 /
-# 2, one worker 96.5% / 95.1%): at 4 workers dc at rate / 4 cost 4.6 / 4.7
-# points (94.8 -> 90.2, 91.6 -> 86.9) and dc at the rate 92.1% (seed 1); at 8
-# workers the rate / 8 was too slow (78.1% / 76.6%), a larger one diverged
-# without compensation (rate / 2.8: 35%, rate / 2: 27%; with Adam's beta1 0
-# at rate / 2: 53% mean), and dc at the full rate gave 90.8% / 88.2%. masgd:
-# dc at every N (8 workers: 29.8% -> 89.1%; 4 workers, seeds 1 / 2: 91.1 /
-# 88.0% -> 91.6 / 89.9%); scale was behind dc at 8 workers (asgd 89.3-90.9%,
-# masgd 86.5%).
+# from it on, dc at the undivided rate: at 6 / 7 workers, at the rate /
+# sqrt(N), the local momentum 0.5 measured 7.0 / 16.2, and 0.4 / 0.3 gave 1.4
+# and 5.4 / 3.4 and 3.5 in two sweeps (single seeds 87.3-95.1%), where dc
+# measured 3.2 / 3.7 (91.3-93.3%) and the old rate / N 10.9 / 18.5. Earlier,
+# on MNIST-1D (30 epochs, seeds 1 / 2, one worker 96.5% / 95.1%): at 4
+# workers dc at rate / 4 cost 4.6 / 4.7 points (94.8 -> 90.2, 91.6 -> 86.9)
+# and dc at the rate 92.1% (seed 1); at 8 workers the rate / 8 was too slow
+# (78.1% / 76.6%), a larger one diverged without compensation (rate / 2.8:
+# 35%, rate / 2: 27%; with Adam's beta1 0 at rate / 2: 53% mean), and dc at
+# the full rate gave 90.8% / 88.2%. masgd: dc at every N (8 workers: 29.8% ->
+# 89.1%; 4 workers, seeds 1 / 2: 91.1 / 88.0% -> 91.6 / 89.9%); scale was
+# behind dc at 8 workers (asgd 89.3-90.9%, masgd 86.5%).
 ASGD_DC_FROM = 6
 
 
