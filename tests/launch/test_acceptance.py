@@ -6,6 +6,7 @@ measured gap plus a margin, so a regression still fails), the README's main
 command (easgd at np 5) reaches at least 85%, and the mlp at least 60%.
 Accuracy is asserted, never time."""
 import json
+import statistics
 
 import pytest
 
@@ -40,20 +41,26 @@ def one_worker(tmp_path_factory):
 # at np 5 with the defaults of this commit: bsp 94.6%, syncgrad 94.7% (1.5,
 # 1.4: the large-batch rule's x3 from 3 workers; with sqrt(N) both were
 # 95.1%, but 1.1 / 1.4 points behind at 4 workers over seeds 1-3), sod 95.3%,
-# bmuf 94.9% (1.2); easgd 95.0, 94.9, 95.3, 95.0% on a quiet machine and
-# 94.1, 95.1, 94.5% with two busy loops beside it (up to 2.0: its update
-# order depends on timing), asgd 94.0-95.4% in six runs on a quiet machine
-# and six beside two busy loops (up to 2.1, timing-dependent too; with a
-# local momentum of 0.9 and the rate / 4 it measured 85.1-92.8% and once
-# failed CI at 86.2%), masgd 93.4% and 92.9% (3.2 at most). BENCHMARKS.md
-# has the gaps over seeds and why masgd's stays open.
+# bmuf 94.9% (1.2); easgd 93.5-95.3% in 19 runs, 9 of them beside two busy
+# loops (up to 2.6: its update order depends on timing), asgd 94.0-95.4% in
+# six runs on a quiet machine and six beside two busy loops (up to 2.1; with
+# a local momentum of 0.9 and the rate / 4 it measured 85.1-92.8% and once
+# failed CI at 86.2%), masgd 91.5-93.4% in six runs on a quiet machine and
+# six beside two busy loops (4.6 at most). BENCHMARKS.md has the gaps over
+# seeds and why masgd's stays open.
 MAX_GAP = {"bsp": 0.02, "sod": 0.02, "syncgrad": 0.02, "bmuf": 0.02, "easgd": 0.03,
            "asgd": 0.03, "masgd": 0.05}
+# The server algorithms' results depend on timing: each is the median of
+# three runs, so it takes two unlucky runs of three to fail the suite (single runs came
+# within 0.4 points of easgd's and masgd's floors) and a regression still
+# does. The collective ones are deterministic at one BLAS thread.
+RUNS = {"easgd": 3, "asgd": 3, "masgd": 3}
 
 
 @pytest.mark.parametrize("algo", ["bsp", "bmuf", "sod", "syncgrad", "easgd", "asgd", "masgd"])
 def test_every_algorithm_at_np_5_is_close_to_one_worker(tmp_path, algo, one_worker):
-    assert final_accuracy(tmp_path, 5, "--algo", algo) >= one_worker - MAX_GAP[algo]
+    runs = [final_accuracy(tmp_path, 5, "--algo", algo) for _ in range(RUNS.get(algo, 1))]
+    assert statistics.median(runs) >= one_worker - MAX_GAP[algo], runs
 
 
 def test_the_main_command_reaches_85_percent(tmp_path):
