@@ -147,8 +147,7 @@ class Trainer(mpi.Closeable):
     def _announce(self):
         d = self.data
         kaldi_log(self.parallel.announcement(self.net, d, self.backend), "setup")
-        options = getattr(self.optimizer, "options", {})
-        term = momentum_option(self.args.optimizer)
+        options, term = self.optimizer.options, momentum_option(self.args.optimizer)
         momentum = " %s %g" % (term, options[term]) if term in options else ""
         rule = "" if self.lr_scale == 1 else \
             " (%s rule: x%.2f for %d workers, reached after %d warm-up epochs)" % (
