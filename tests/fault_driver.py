@@ -82,8 +82,16 @@ replace = os.replace
 
 
 def dying_replace(src, dst):
-    """Half of this rank's checkpoint file is written, not yet renamed: die."""
+    """Half of this rank's checkpoint file is written, not yet renamed: die,
+    once the other ranks' files of that epoch are in place (up to 20 s), so
+    the epoch is torn by this rank alone whatever the timing (the job's
+    teardown once caught rank 0 before its own rename)."""
     if "epoch-%04d" % FAULT["epoch"] in dst and os.path.basename(dst).startswith("rank-"):
+        others = [os.path.join(os.path.dirname(dst), "rank-%05d.npz" % r)
+                  for r in range(MPI.COMM_WORLD.Get_size()) if r != RANK]
+        deadline = time.time() + 20
+        while not all(map(os.path.exists, others)) and time.time() < deadline:
+            time.sleep(0.01)
         with open(src, "r+b") as f:
             f.truncate(os.path.getsize(src) // 2)
         os.kill(os.getpid(), signal.SIGKILL)
