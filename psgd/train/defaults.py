@@ -5,6 +5,9 @@ epochs; BENCHMARKS.md's convergence grid, benchmarks/FINDINGS.md). The
 algorithms' own defaults (psgd.create) stay those of ALGORITHMS.md."""
 import math
 
+from ..nnet.optimizers import OPTIMIZERS, momentum_option
+from .large_batch import rule_name, scale_factor
+
 DEFAULT_LR = {"sgd": 0.05, "momentum": 0.02, "nesterov": 0.02, "adagrad": 0.02,
               "adadelta": 1.0, "rmsprop": 1e-3, "adam": 2e-3}
 
@@ -100,10 +103,15 @@ def local_momentum(args, num_workers):
     beta1) where the trainer's default differs from the optimizer's own, else
     None. asgd below ASGD_DC_FROM workers takes ASYNC_LOCAL_MOMENTUM: its
     asynchrony is a momentum of its own (see there)."""
-    if args.algo == "asgd" and 2 <= num_workers < ASGD_DC_FROM and \
-            args.optimizer in ("momentum", "nesterov", "adam"):
+    if args.algo == "asgd" and 2 <= num_workers < ASGD_DC_FROM and _has_momentum(args.optimizer):
         return ASYNC_LOCAL_MOMENTUM
     return None
+
+
+def _has_momentum(optimizer):
+    """Whether `optimizer` has a momentum term that is on by default."""
+    cls = OPTIMIZERS.get(optimizer)
+    return bool(cls and cls.defaults.get(momentum_option(optimizer)))
 
 
 # asgd: with N workers each delta lands about N - 1 center updates late, which
@@ -170,7 +178,6 @@ WARMUP_EPOCHS = 2
 
 def lr_scale(args, num_workers):
     """k, the factor the large-batch rule multiplies the rate by (1: off)."""
-    from .large_batch import scale_factor
     if not args.lr_scaling:
         return 1.0
     if args.algo == "bmuf":
@@ -181,7 +188,6 @@ def lr_scale(args, num_workers):
 
 
 def lr_rule_name(args):
-    from .large_batch import rule_name
     return "bmuf N/4" if args.algo == "bmuf" else rule_name(args.optimizer,
                                                              args.algo in LINEAR_START)
 
