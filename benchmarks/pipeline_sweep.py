@@ -1,4 +1,4 @@
-"""Chunk size of the pipelined exchange (psgd/mpi.py): one bsp and one bmuf
+"""Chunk size of the pipelined exchange (psgd/pipeline.py): one bsp and one bmuf
 `synchronize` per setting (elements per chunk x chunks in flight x MPI
 progress Tests during the update or none), against a bare Allreduce of the
 same bytes and the same sync in one call, all interleaved in one job.
@@ -6,7 +6,7 @@ same bytes and the same sync in one call, all interleaved in one job.
     .venv/bin/python benchmarks/pipeline_sweep.py --regime both --sizes 1e6,1e7
 
 Prints one line per (regime, size): median sync / median bare Allreduce for
-each setting. Not part of run_all: it chose the defaults in psgd/mpi.py.
+each setting. Not part of run_all: it chose the defaults in psgd/pipeline.py.
 """
 import argparse
 import itertools
@@ -26,7 +26,7 @@ PROGRESS = (1 << 16, None)   # Test every 64k elements, or never
 def child(argv):
     from mpi4py import MPI
     import psgd
-    from psgd import mpi
+    from psgd import pipeline
     p = common.child_args()
     p.add_argument("--size", type=float, required=True)
     p.add_argument("--reps", type=int, default=11)
@@ -38,14 +38,14 @@ def child(argv):
 
     def setting(m, chunk, depth=2, progress=1 << 16, threshold=0):
         def fn():
-            old = mpi.set_pipeline(chunk=chunk, threshold=threshold)
-            saved = mpi.PIPELINE_DEPTH, mpi.PROGRESS_BLOCK
-            mpi.PIPELINE_DEPTH, mpi.PROGRESS_BLOCK = depth, progress or 2 ** 62
+            old = pipeline.set_pipeline(chunk=chunk, threshold=threshold)
+            saved = pipeline.PIPELINE_DEPTH, pipeline.PROGRESS_BLOCK
+            pipeline.PIPELINE_DEPTH, pipeline.PROGRESS_BLOCK = depth, progress or 2 ** 62
             try:
                 objs[m].synchronize(32 + comm.rank)
             finally:
-                mpi.set_pipeline(*old)
-                mpi.PIPELINE_DEPTH, mpi.PROGRESS_BLOCK = saved
+                pipeline.set_pipeline(*old)
+                pipeline.PIPELINE_DEPTH, pipeline.PROGRESS_BLOCK = saved
         return fn
 
     fns = [("bare", lambda: comm.Allreduce(MPI.IN_PLACE, raw, op=MPI.SUM))]

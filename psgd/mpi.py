@@ -218,6 +218,18 @@ class Exchange:
             direct = (not buffer.on_device) or cuda_aware()
         self.direct = direct
         self.piece = piece
+        self._spans_hosts = None
+
+    def spans_hosts(self):
+        """Whether the ranks of `comm` live on more than one host (then some
+        of its bytes cross a network). Collective on the first call."""
+        if self._spans_hosts is None:
+            local = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
+            # every host holds fewer than all ranks, or one holds them all:
+            # each rank reaches the same answer
+            self._spans_hosts = local.Get_size() < self.comm.Get_size()
+            local.Free()
+        return self._spans_hosts
 
     def pieces(self):
         """[(lo, hi)] of the messages send/recv/isend/irecv make."""
@@ -241,13 +253,10 @@ class Exchange:
 
     # blocking -------------------------------------------------------------------
     def allreduce(self, before=None, after=None):
-        """In-place sum over the ranks. `before(lo, hi)` / `after(lo, hi)`:
-        elementwise work on elements [lo, hi) of `buffer.data` to do before
-        the sum reads them / after it wrote them; on a buffer of at least
-        pipeline_threshold() elements they run chunk by chunk under the
-        communication of the neighbouring chunks (see Pipelined allreduce)."""
-        if (before or after) and pipelined(self.buffer.size):
-            return pipelined_allreduce(self, before, after)
+        """In-place sum over the ranks, in one call. `before(lo, hi)` /
+        `after(lo, hi)`: elementwise work on elements [lo, hi) of
+        `buffer.data` to do before the sum reads them / after it wrote them
+        (pipeline.allreduce runs them chunk by chunk under the sums)."""
         if before:
             before(0, self.buffer.size)
         Allreduce(self.comm, self._readable())
@@ -293,106 +302,6 @@ class Exchange:
         stage_in = None if self.direct else (lambda: self.buffer.from_host(lo, hi))
         return Request([self.comm.Irecv(self._writable()[lo:hi], source=source, tag=tag)],
                        stage_in)
-
-
-# Pipelined allreduce: the update of one chunk under the sum of the next ------
-# A collective algorithm's update is elementwise, so it may run on any
-# partition of the buffer: the sum of chunk c is in flight (Iallreduce) while
-# the weighting pass of chunk c+1 and the filter of chunk c-1 run. Per chunk
-# the stream discipline holds as for one call: a chunk is staged out (or its
-# device work finished) before MPI gets it, and staged in before `after`
-# reads it. MPICH progresses a non-blocking collective only inside MPI calls,
-# so host work runs in PROGRESS_BLOCK pieces with a Test between them.
-# The defaults come from benchmarks/pipeline_sweep.py (benchmarks/FINDINGS.md):
-# on the 2-core machine the pipeline lost at 1e6 float32 through shared memory
-# (over TCP: a tie at np 2, a small win at np 4) and won at 1e7 (a 40 MB sum
-# in chunks that stay in cache), 256k-1M elements per chunk about equally.
-DEFAULT_PIPELINE_CHUNK = 1 << 19      # elements per Iallreduce (2 MB of float32)
-DEFAULT_PIPELINE_THRESHOLD = 1 << 22  # smaller buffers (16 MB of float32): one call
-PROGRESS_BLOCK = 1 << 16              # host elements between two Tests
-PIPELINE_DEPTH = 2                    # chunks in flight at once
-_pipeline = {"chunk": _env_count("PSGD_MPI_PIPELINE_CHUNK", DEFAULT_PIPELINE_CHUNK, 1),
-             "threshold": _env_count("PSGD_MPI_PIPELINE_THRESHOLD",
-                                     DEFAULT_PIPELINE_THRESHOLD, 0)}
-
-
-def set_pipeline(chunk=None, threshold=None):
-    """Elements per pipelined chunk and the smallest buffer that is
-    pipelined (0: every buffer with more than one chunk; a huge value: never);
-    returns the previous (chunk, threshold). Env: PSGD_MPI_PIPELINE_CHUNK,
-    PSGD_MPI_PIPELINE_THRESHOLD."""
-    old = (_pipeline["chunk"], _pipeline["threshold"])
-    if chunk is not None:
-        if int(chunk) < 1:
-            raise ValueError("pipeline chunk must be >= 1, got %r" % (chunk,))
-        _pipeline["chunk"] = int(chunk)
-    if threshold is not None:
-        _pipeline["threshold"] = max(0, int(threshold))
-    return old
-
-
-def pipeline_chunk():
-    """Elements per pipelined Iallreduce (never above the MPI count limit)."""
-    return min(_pipeline["chunk"], _chunk)
-
-
-def pipeline_threshold():
-    return _pipeline["threshold"]
-
-
-def pipelined(size):
-    return size >= _pipeline["threshold"] and size > pipeline_chunk()
-
-
-def _ranges(lo, hi, step):
-    for start in range(lo, hi, step):
-        yield start, min(start + step, hi)
-
-
-def pipelined_allreduce(exchange, before, after):
-    """exchange.allreduce(before, after) in chunks: Iallreduce per chunk,
-    PIPELINE_DEPTH of them in flight, each chunk's `before` and `after`
-    running while its neighbours travel."""
-    buffer, comm = exchange.buffer, exchange.comm
-    wire = buffer.data if exchange.direct else buffer.host
-    on_host = not buffer.on_device
-    chunks = list(_ranges(0, buffer.size, pipeline_chunk()))
-    flight = []   # (lo, hi, request), oldest first
-
-    def work(fn, lo, hi):
-        """fn over [lo, hi): in pieces with MPI progress between them on the
-        host; one launch on a device (kernels run while the host waits)."""
-        if fn is None:
-            return
-        if not on_host:
-            fn(lo, hi)
-            return
-        for a, b in _ranges(lo, hi, PROGRESS_BLOCK):
-            fn(a, b)
-            if flight:
-                flight[0][2].Test()
-
-    def post(lo, hi):
-        work(before, lo, hi)
-        if exchange.direct:
-            device_ready(buffer.data)          # rule 1: the chunk's kernels are done
-        else:
-            buffer.to_host(lo, hi)             # rule 1: staged out, copy complete
-        flight.append((lo, hi, comm.Iallreduce(MPI.IN_PLACE, wire[lo:hi], op=MPI.SUM)))
-
-    def finish():
-        lo, hi, request = flight.pop(0)
-        request.Wait()
-        if not exchange.direct:
-            buffer.from_host(lo, hi)           # rule 2: staged in before `after` reads
-        work(after, lo, hi)
-
-    for lo, hi in chunks:
-        if len(flight) == PIPELINE_DEPTH:
-            finish()
-        post(lo, hi)
-    while flight:
-        finish()
 
 
 # Shards: an Exchange of elements [lo, hi) of another's buffer ------------------

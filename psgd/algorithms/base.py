@@ -9,7 +9,7 @@ import numbers
 import numpy as np
 from mpi4py import MPI
 
-from .. import agreement, mpi
+from .. import agreement, mpi, pipeline
 from ..errors import UsageError
 
 REGISTRY = {}
@@ -281,14 +281,14 @@ class CollectiveWorker(Algorithm):
         """w <- sum_k (n_k / n) w_k (or the plain mean over active workers).
         `then(lo, hi)`: the algorithm's elementwise update of w[lo:hi] once
         that part of the sum has arrived; on a large buffer the exchange runs
-        it chunk by chunk under the communication (psgd/mpi.py, Pipelined
-        allreduce), with the same bits as after one call."""
+        it chunk by chunk under the communication (psgd/pipeline.py), with
+        the bits of one call at np 2."""
         w = self.buffer.data
         weight = w.dtype.type(self._weight(n_k, n, active, uniform))
 
         def scale(lo, hi):
             w[lo:hi] *= weight
-        self.exchange.allreduce(before=scale, after=then)
+        pipeline.allreduce(self.exchange, before=scale, after=then)
 
     def update(self, n_k, n, active):
         raise NotImplementedError

@@ -5,7 +5,7 @@ import sys
 import numpy as np
 import pytest
 
-from psgd import agreement, mpi, pieces
+from psgd import agreement, mpi, pieces, pipeline
 from psgd.buffers import FlatBuffer
 
 
@@ -101,15 +101,35 @@ def test_server_piece_from_the_environment():
 
 
 def test_pipeline_settings_from_the_environment():
-    code = "from psgd import mpi; print(mpi.pipeline_chunk(), mpi.pipeline_threshold())"
+    code = "from psgd import pipeline; print(pipeline.pipeline_chunk(), pipeline.pipeline_threshold())"
     env = dict(os.environ, PSGD_MPI_PIPELINE_CHUNK="1000", PSGD_MPI_PIPELINE_THRESHOLD="5000",
                PSGD_MPI_CHUNK="300")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=120, check=True).stdout.split()
     assert out == ["300", "5000"]      # a pipelined chunk never passes the MPI count limit
-    old = mpi.set_pipeline(chunk=7, threshold=20)
+    old = pipeline.set_pipeline(chunk=7, threshold=20)
     try:
-        assert (mpi.pipeline_chunk(), mpi.pipeline_threshold()) == (7, 20)
-        assert mpi.pipelined(20) and not mpi.pipelined(19)
+        assert (pipeline.pipeline_chunk(), pipeline.pipeline_threshold()) == (7, 20)
+        assert pipeline.pipelined(20) and not pipeline.pipelined(19)
+        assert pipeline.pipelined(20, across_hosts=True) and not pipeline.pipelined(19, True)
     finally:
-        mpi.set_pipeline(*old)
+        pipeline.set_pipeline(*old)
+
+
+def test_pipeline_threshold_by_the_path_of_the_bytes():
+    """Unset, the threshold depends on whether the ranks span hosts: one
+    host pipelines from 4M elements, a network every buffer of > 1 chunk."""
+    code = ("from psgd import pipeline as p; print(p.pipeline_threshold(), "
+            "p.pipeline_threshold(across_hosts=True), p.pipelined(2 * p.pipeline_chunk()), "
+            "p.pipelined(2 * p.pipeline_chunk(), True), p.pipelined(p.pipeline_chunk(), True))")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PSGD_MPI_PIPELINE")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120, check=True).stdout.split()
+    assert out == [str(1 << 22), "0", "False", "True", "False"]
+    old = pipeline.set_pipeline(threshold=None)
+    try:
+        assert pipeline.pipeline_threshold(across_hosts=True) == 0
+        pipeline.set_pipeline(threshold=2 ** 62)      # an explicit value holds on any path
+        assert not pipeline.pipelined(10 ** 9, across_hosts=True)
+    finally:
+        pipeline.set_pipeline(*old)

@@ -1,13 +1,14 @@
-"""The pipelined allreduce (psgd/mpi.py): bsp, bmuf and sod with their
+"""The pipelined allreduce (psgd/pipeline.py): bsp, bmuf and sod with their
 update running chunk by chunk under the communication must match the serial
 replays at any chunk size, and at np 2, where a sum of two is the same in any
 order, give exactly the bits of one blocking call."""
 import numpy as np
 import pytest
+from mpi4py import MPI
 
 import reference
 from device_util import load
-from psgd import mpi
+from psgd import mpi, pipeline
 from psgd.buffers import FlatBuffer, host_copy
 
 pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.timeout(120)]
@@ -31,18 +32,18 @@ class Pipelined:
         self.chunk, self.comm, self.calls = chunk, comm, 0
 
     def __enter__(self):
-        self.old = mpi.set_pipeline(chunk=self.chunk, threshold=0)
-        self.original = mpi.pipelined_allreduce
+        self.old = pipeline.set_pipeline(chunk=self.chunk, threshold=0)
+        self.original = pipeline.pipelined_allreduce
 
         def counting(exchange, before, after):
             self.calls += 1
             return self.original(exchange, before, after)
-        mpi.pipelined_allreduce = counting
+        pipeline.pipelined_allreduce = counting
         return self
 
     def __exit__(self, *exc):
-        mpi.pipelined_allreduce = self.original
-        mpi.set_pipeline(*self.old)
+        pipeline.pipelined_allreduce = self.original
+        pipeline.set_pipeline(*self.old)
 
 
 @pytest.mark.parametrize("chunk", [1, 4, 7])
@@ -90,17 +91,59 @@ def test_callbacks_cover_the_buffer_once_in_order(comm):
         buf.data[lo:hi] += 1
 
     with Pipelined(5) as pipe:
-        ex.allreduce(before=before, after=after)
+        pipeline.allreduce(ex, before=before, after=after)
     assert pipe.calls == 1
     assert (covered["before"] == 1).all() and (covered["after"] == 1).all()
     np.testing.assert_array_equal(host_copy(buf.data), 2 * comm.size * np.arange(23) + 1)
 
 
 def test_small_buffers_keep_one_call(comm):
-    old = mpi.set_pipeline(chunk=4, threshold=100)
+    old = pipeline.set_pipeline(chunk=4, threshold=100)
     try:
-        assert not mpi.pipelined(23) and mpi.pipelined(100) and not mpi.pipelined(4)
+        assert not pipeline.pipelined(23) and pipeline.pipelined(100) and not pipeline.pipelined(4)
     finally:
-        mpi.set_pipeline(*old)
+        pipeline.set_pipeline(*old)
     with pytest.raises(ValueError):
-        mpi.set_pipeline(chunk=0)
+        pipeline.set_pipeline(chunk=0)
+
+
+class TwoHosts(MPI.Intracomm):
+    """The same communicator, its ranks reported on two hosts (even and odd
+    ranks), as Split_type(COMM_TYPE_SHARED) reports a job across machines."""
+
+    def Split_type(self, split_type, key=0, info=MPI.INFO_NULL):
+        assert split_type == MPI.COMM_TYPE_SHARED
+        return self.Split(self.Get_rank() % 2, key)
+
+
+def _counting_sum(comm, chunk):
+    """(pipelined?, result) of one pipeline.allreduce of a 23-element buffer,
+    the threshold left to the path the bytes take."""
+    buf = FlatBuffer.pack([np.arange(23, dtype=np.float64)])
+    ex = mpi.Exchange(comm, buf)
+    with Pipelined(chunk) as pipe:
+        pipeline.set_pipeline(threshold=None)       # by the path, as by default
+        pipeline.allreduce(ex, after=lambda lo, hi: None)
+    return pipe.calls == 1, ex.spans_hosts(), host_copy(buf.data)
+
+
+def test_one_host_keeps_small_buffers_in_one_call(comm):
+    pipelined, spans, summed = _counting_sum(comm, 5)
+    assert not spans and not pipelined     # 23 elements < the one-host threshold
+    np.testing.assert_array_equal(summed, comm.size * np.arange(23))
+
+
+def test_across_hosts_every_buffer_of_several_chunks_is_pipelined(comm):
+    two_hosts = TwoHosts(comm)
+    pipelined, spans, summed = _counting_sum(two_hosts, 5)
+    assert spans and pipelined
+    np.testing.assert_array_equal(summed, comm.size * np.arange(23))
+    # one chunk: nothing to pipeline, and Split_type is not asked (not collective then)
+    pipelined, _, _ = _counting_sum(two_hosts, 23)
+    assert not pipelined
+
+
+def test_spans_hosts_is_one_answer_on_every_rank(comm):
+    answers = comm.allgather(mpi.Exchange(TwoHosts(comm), FlatBuffer.pack(
+        [np.zeros(3)])).spans_hosts())
+    assert answers == [comm.size > 1] * comm.size

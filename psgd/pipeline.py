@@ -1,0 +1,140 @@
+"""The pipelined allreduce: a collective algorithm's update run chunk by
+chunk under the sums of the neighbouring chunks (ALGORITHMS.md, Fixes 1).
+
+A collective algorithm's update is elementwise, so it may run on any
+partition of the buffer: the sum of chunk c is in flight (Iallreduce) while
+the weighting pass of chunk c+1 and the filter of chunk c-1 run. Per chunk
+the stream discipline of psgd/mpi.py holds as for one call: a chunk is
+staged out (or its device work finished) before MPI gets it, and staged in
+before `after` reads it. MPICH progresses a non-blocking collective only
+inside MPI calls, so host work runs in PROGRESS_BLOCK pieces with a Test
+between them.
+
+Which buffers are pipelined depends on the path the bytes take
+(benchmarks/FINDINGS.md). Between hosts (a network) every buffer of more
+than one chunk is: at 1e6 float32 over TCP (np 2, ranks bound to cores)
+bmuf's sync fell from 1.24-1.26x a bare Allreduce in one call to 0.99-1.02x
+in two chunks, bsp's from 0.81-1.01x to 0.80-0.89x, and at 1e7 and up it
+won too. Within one host (shared memory) only buffers of 4M elements and up
+are: below, the pipeline tied at 1e6 and lost at 2e6-4e6 (bmuf 2.7-3.5x ->
+3.1-4.3x), and it won from 1e7 on (a 40 MB sum in chunks that stay in
+cache). 256k-1M elements per chunk did about equally well.
+"""
+import os
+
+from mpi4py import MPI
+
+from . import mpi
+
+DEFAULT_PIPELINE_CHUNK = 1 << 19    # elements per Iallreduce (2 MB of float32)
+ONE_HOST_THRESHOLD = 1 << 22        # ranks on one host: smaller buffers (16 MB) in one call
+ACROSS_HOSTS_THRESHOLD = 0          # ranks on several hosts: every buffer of > 1 chunk
+PROGRESS_BLOCK = 1 << 16            # host elements between two Tests
+PIPELINE_DEPTH = 2                  # chunks in flight at once
+_KEEP = object()
+
+
+def _env_threshold():
+    """PSGD_MPI_PIPELINE_THRESHOLD, or None (unset): by the path of the bytes."""
+    if not os.environ.get("PSGD_MPI_PIPELINE_THRESHOLD", "").strip():
+        return None
+    return mpi._env_count("PSGD_MPI_PIPELINE_THRESHOLD", None, 0)
+
+
+_pipeline = {"chunk": mpi._env_count("PSGD_MPI_PIPELINE_CHUNK", DEFAULT_PIPELINE_CHUNK, 1),
+             "threshold": _env_threshold()}
+
+
+def set_pipeline(chunk=None, threshold=_KEEP):
+    """Elements per pipelined chunk and the smallest buffer that is
+    pipelined, whatever the path (0: every buffer with more than one chunk;
+    a huge value: never; None: by the path, as by default); returns the
+    previous (chunk, threshold). Env: PSGD_MPI_PIPELINE_CHUNK,
+    PSGD_MPI_PIPELINE_THRESHOLD."""
+    old = (_pipeline["chunk"], _pipeline["threshold"])
+    if chunk is not None:
+        if int(chunk) < 1:
+            raise ValueError("pipeline chunk must be >= 1, got %r" % (chunk,))
+        _pipeline["chunk"] = int(chunk)
+    if threshold is not _KEEP:
+        _pipeline["threshold"] = None if threshold is None else max(0, int(threshold))
+    return old
+
+
+def pipeline_chunk():
+    """Elements per pipelined Iallreduce (never above the MPI count limit)."""
+    return min(_pipeline["chunk"], mpi.chunk_elements())
+
+
+def pipeline_threshold(across_hosts=False):
+    """The smallest buffer pipelined on a communicator within one host or
+    across several."""
+    if _pipeline["threshold"] is not None:
+        return _pipeline["threshold"]
+    return ACROSS_HOSTS_THRESHOLD if across_hosts else ONE_HOST_THRESHOLD
+
+
+def pipelined(size, across_hosts=False):
+    return size >= pipeline_threshold(across_hosts) and size > pipeline_chunk()
+
+
+def allreduce(exchange, before=None, after=None):
+    """exchange.allreduce(before, after), pipelined where that pays (above).
+    Collective: the first call on an exchange asks whether its ranks span
+    hosts."""
+    size = exchange.buffer.size
+    if (before or after) and size > pipeline_chunk():   # else there is nothing to pipeline
+        if pipelined(size, exchange.spans_hosts()):
+            return pipelined_allreduce(exchange, before, after)
+    return exchange.allreduce(before, after)
+
+
+def _ranges(lo, hi, step):
+    for start in range(lo, hi, step):
+        yield start, min(start + step, hi)
+
+
+def pipelined_allreduce(exchange, before, after):
+    """exchange.allreduce(before, after) in chunks: Iallreduce per chunk,
+    PIPELINE_DEPTH of them in flight, each chunk's `before` and `after`
+    running while its neighbours travel."""
+    buffer, comm = exchange.buffer, exchange.comm
+    wire = buffer.data if exchange.direct else buffer.host
+    on_host = not buffer.on_device
+    chunks = list(_ranges(0, buffer.size, pipeline_chunk()))
+    flight = []   # (lo, hi, request), oldest first
+
+    def work(fn, lo, hi):
+        """fn over [lo, hi): in pieces with MPI progress between them on the
+        host; one launch on a device (kernels run while the host waits)."""
+        if fn is None:
+            return
+        if not on_host:
+            fn(lo, hi)
+            return
+        for a, b in _ranges(lo, hi, PROGRESS_BLOCK):
+            fn(a, b)
+            if flight:
+                flight[0][2].Test()
+
+    def post(lo, hi):
+        work(before, lo, hi)
+        if exchange.direct:
+            mpi.device_ready(buffer.data)      # rule 1: the chunk's kernels are done
+        else:
+            buffer.to_host(lo, hi)             # rule 1: staged out, copy complete
+        flight.append((lo, hi, comm.Iallreduce(MPI.IN_PLACE, wire[lo:hi], op=MPI.SUM)))
+
+    def finish():
+        lo, hi, request = flight.pop(0)
+        request.Wait()
+        if not exchange.direct:
+            buffer.from_host(lo, hi)           # rule 2: staged in before `after` reads
+        work(after, lo, hi)
+
+    for lo, hi in chunks:
+        if len(flight) == PIPELINE_DEPTH:
+            finish()
+        post(lo, hi)
+    while flight:
+        finish()
