@@ -53,6 +53,21 @@ def child_env(extra=None, pin_blas=False):
     return env
 
 
+def bind_args(np_):
+    """Each rank on a core of its own when they fit. Unbound, the scheduler
+    sometimes put both ranks of an np 2 job on one core for a while: the
+    same easgd sync took 0.6 ms in one job and 1.4 ms in the next (1e6
+    parameters), and a 1e6 Allreduce's ratios scattered by 0.3 between
+    identical jobs. Oversubscribed jobs (np 4 on 2 cores) stay unbound."""
+    if np_ > (os.cpu_count() or 1):
+        return []
+    return ["--bind-to" if mpi_flavour() == "openmpi" else "-bind-to", "core"]
+
+
+BIND_NOTE = ("Ranks are bound to cores (`-bind-to core`) where there are enough of them "
+             "(np 2); np 4 shares 2 cores unbound.")
+
+
 def mpi_run(np_, argv, timeout=900, env=None, module=False, pin_blas=False):
     """Run `python argv...` (or `python -m argv...`) on np_ ranks; returns
     stdout. A failure raises with the tail of the job's output; past
@@ -61,7 +76,7 @@ def mpi_run(np_, argv, timeout=900, env=None, module=False, pin_blas=False):
     import signal
     # Open MPI refuses more ranks than cores unless told (np 4 on 2 cores).
     over = ["--oversubscribe"] if mpi_flavour() == "openmpi" else []
-    cmd = [mpirun_path()] + over + ["-np", str(np_), sys.executable, "-u"]
+    cmd = [mpirun_path()] + over + bind_args(np_) + ["-np", str(np_), sys.executable, "-u"]
     cmd += (["-m"] if module else []) + [str(a) for a in argv]
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env(env, pin_blas), stdout=subprocess.PIPE,

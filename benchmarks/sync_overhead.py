@@ -23,6 +23,9 @@ ALGOS = ("bsp", "bmuf", "sod", "syncgrad")
 PIPELINED = ("bsp", "bmuf", "sod")   # their update can run under a pipelined exchange
 TENSORS = 20
 TARGET = 1.05
+# The network regime's ranks share one host, so psgd would pick its one-host
+# pipeline threshold; a job across machines gets this one (psgd/pipeline.py).
+ACROSS_HOSTS_ENV = {"PSGD_MPI_PIPELINE_THRESHOLD": "0"}
 
 
 def _shapes(size):
@@ -66,15 +69,19 @@ class Kaldi:
 
 
 class _NoExchange:
-    """Stands in for an algorithm's MPI exchange to time its arithmetic alone."""
+    """Stands in for an algorithm's MPI exchange to time its arithmetic alone
+    (over the whole buffer, as after one Allreduce)."""
 
-    def __init__(self, size):
-        self.size = size
+    def __init__(self, buffer):
+        self.buffer = buffer
+
+    def spans_hosts(self):
+        return False
 
     def allreduce(self, before=None, after=None):
         for fn in (before, after):
             if fn is not None:
-                fn(0, self.size)
+                fn(0, self.buffer.size)
 
 
 def _update_alone(obj, n_k, n, size):
@@ -82,11 +89,14 @@ def _update_alone(obj, n_k, n, size):
     MPI calls: what one sync would cost on top of a free Allreduce."""
     names = [k for k in ("exchange", "grad_exchange") if hasattr(obj, k)]
     saved = [getattr(obj, k) for k in names]
+    from psgd import pipeline
     for k in names:
-        setattr(obj, k, _NoExchange(getattr(obj, k).buffer.size))
+        setattr(obj, k, _NoExchange(getattr(obj, k).buffer))
+    old = pipeline.set_pipeline(threshold=2 ** 62)     # one call: no chunks to run under
     try:
         obj.update(n_k, n, size)
     finally:
+        pipeline.set_pipeline(*old)
         for k, v in zip(names, saved):
             setattr(obj, k, v)
 
@@ -104,12 +114,13 @@ def _make(method, comm, size):
 
 def child(argv):
     from mpi4py import MPI
-    from psgd import mpi
+    from psgd import pipeline
     p = common.child_args()
     p.add_argument("--sizes", required=True)
     p.add_argument("--methods", default=",".join(ALGOS + ("kaldi",)))
     args = p.parse_args(argv)
     comm = MPI.COMM_WORLD
+    across = _spans_hosts(comm)
     rows = []
     for size in (int(float(s)) for s in args.sizes.split(",")):
         raw = np.empty(size, dtype=np.float32)
@@ -133,16 +144,16 @@ def child(argv):
 
             def one_call():
                 """The same sync with its exchange unpipelined (one Allreduce)."""
-                old = mpi.set_pipeline(threshold=2 ** 62)
+                old = pipeline.set_pipeline(threshold=2 ** 62)
                 try:
                     obj.synchronize(n_k)
                 finally:
-                    mpi.set_pipeline(*old)
+                    pipeline.set_pipeline(*old)
 
             fns = [("raw", bare), ("sync", sync)]
             if method != "kaldi":
                 fns.append(("alone", alone))
-            if method in PIPELINED and mpi.pipelined(size):
+            if method in PIPELINED and pipeline.pipelined(size, across):
                 fns.append(("one", one_call))
             for _ in range(1 if raw.nbytes >= 2e8 else 2):   # first touches, MPI set-up
                 for _, fn in fns:
@@ -167,8 +178,17 @@ def child(argv):
         import json
         with open(args.out, "w") as f:
             json.dump({"np": comm.size, "accel": os.environ.get("PSGD_ACCEL", "auto"),
-                       "pipeline_chunk": mpi.pipeline_chunk(),
-                       "pipeline_threshold": mpi.pipeline_threshold(), "rows": rows}, f)
+                       "pipeline_chunk": pipeline.pipeline_chunk(), "across_hosts": across,
+                       "pipeline_threshold": pipeline.pipeline_threshold(across),
+                       "rows": rows}, f)
+
+
+def _spans_hosts(comm):
+    """Whether psgd sees this job's ranks on several hosts (its pipeline
+    threshold depends on it)."""
+    from psgd import mpi
+    from psgd.buffers import FlatBuffer
+    return mpi.Exchange(comm, FlatBuffer.pack([np.zeros(1, np.float32)])).spans_hosts()
 
 
 # driver ---------------------------------------------------------------------------
@@ -183,10 +203,13 @@ def run(quick=False, nps=(2, 4), regime="both"):
                 methods = ",".join(ALGOS + ("kaldi",)) if accel == "auto" else "bmuf"
                 out = common.result_path("sync_overhead_np%d_%s_%s.json" % (np_, accel, reg))
                 common.results_dir()
+                env = {"PSGD_ACCEL": accel}
+                if reg == "network":
+                    env.update(ACROSS_HOSTS_ENV)
                 runs.append(common.run_in_regime(
                     "sync_overhead.py", np_, out, reg,
                     ["--sizes", ",".join(map(str, sizes)), "--methods", methods]
-                    + (["--quick"] if quick else []), env={"PSGD_ACCEL": accel}, timeout=1800))
+                    + (["--quick"] if quick else []), env=env, timeout=1800))
     common.save_json("sync_overhead.json", runs)
     return report(runs, sizes)
 
@@ -241,7 +264,8 @@ def report(runs, sizes):
           "the sync would cost with no plumbing at all if nothing overlapped; the gap between "
           "the floor and 1 is the update's arithmetic, which a pipelined exchange can hide "
           "(a ratio below its floor). (!) marks a ratio above the %.2fx target "
-          "at 1e6 parameters and up." % (TENSORS, TARGET), "", common.REGIME_NOTE, "",
+          "at 1e6 parameters and up. %s" % (TENSORS, TARGET, common.BIND_NOTE), "",
+          common.REGIME_NOTE, "",
           common.table(headers, rows), ""]
     md += _pipeline_table(auto, sizes)
     if numexpr_runs:
@@ -273,14 +297,22 @@ def _pipeline_table(auto, sizes):
     if not rows:
         return []
     chunk = auto[0].get("pipeline_chunk")
+    thresholds = "; ".join("%s: from %s elements up" % (
+        reg, "{:,}".format(min(r.get("pipeline_threshold", 0) for r in auto
+                               if _regime(r) == reg)))
+        for reg in common.REGIMES if any(_regime(r) == reg for r in auto))
     headers = ["np", "parameters", "regime"] + ["%s %s" % (m, k) for m in PIPELINED
                                                 for k in ("one call", "pipelined")]
     return ["The exchange pipelined: `one call` is the sync with its sum in one Allreduce and "
-            "the update after it; `pipelined` (the default from %s elements up) runs it "
-            "in chunks of %s elements (Iallreduce, the update of a chunk under the sum of "
-            "the next; psgd/mpi.py). Both against the same job's bare Allreduce, "
-            "interleaved:" % ("{:,}".format(auto[0].get("pipeline_threshold", 0)),
-                              "{:,}".format(chunk or 0)), "", common.table(headers, rows), ""]
+            "the update after it; `pipelined` runs it in chunks of %s elements (Iallreduce, "
+            "the update of a chunk under the sum of the next; psgd/pipeline.py). psgd "
+            "pipelines a buffer of more than one chunk when its ranks span hosts, and from "
+            "4,194,304 elements up when they share one; the network regime's ranks share "
+            "this machine, so it runs with the threshold of a job across hosts (`%s`). "
+            "Thresholds in this run: %s. Both against the same job's bare Allreduce, "
+            "interleaved:" % ("{:,}".format(chunk or 0),
+                              " ".join("%s=%s" % kv for kv in ACROSS_HOSTS_ENV.items()),
+                              thresholds), "", common.table(headers, rows), ""]
 
 
 def _numexpr_table(auto, numexpr_runs, sizes):
