@@ -98,17 +98,18 @@ class WorkerUpdate:
     and the copy of the pulled model after it."""
 
     def __init__(self, algo, sent, received):
+        from psgd import kernels
         self.algo, self.sent, self.received = algo, sent, received
         self.model = sent.copy()    # asgd's w_k; `received` is its w_prev
+        self.lerp = kernels.lerp
 
     def before(self):
         if self.algo == "asgd":
             np.subtract(self.model, self.received, out=self.sent)
 
     def after(self):
-        from psgd import kernels
         if self.algo == "easgd":
-            kernels.lerp(self.sent, self.received, 0.45)
+            self.lerp(self.sent, self.received, 0.45)
         else:
             self.model[...] = self.received
 

@@ -117,8 +117,8 @@ class TwoHosts(MPI.Intracomm):
 
 
 def _counting_sum(comm, chunk):
-    """(pipelined?, result) of one pipeline.allreduce of a 23-element buffer,
-    the threshold left to the path the bytes take."""
+    """(pipelined?, spans hosts?, result) of one pipeline.allreduce of a
+    23-element buffer, the threshold left to the path the bytes take."""
     buf = FlatBuffer.pack([np.arange(23, dtype=np.float64)])
     ex = mpi.Exchange(comm, buf)
     with Pipelined(chunk) as pipe:
@@ -138,8 +138,7 @@ def test_across_hosts_every_buffer_of_several_chunks_is_pipelined(comm):
     pipelined, spans, summed = _counting_sum(two_hosts, 5)
     assert spans and pipelined
     np.testing.assert_array_equal(summed, comm.size * np.arange(23))
-    # one chunk: nothing to pipeline, and Split_type is not asked (not collective then)
-    pipelined, _, _ = _counting_sum(two_hosts, 23)
+    pipelined, _, _ = _counting_sum(two_hosts, 23)     # one chunk: nothing to pipeline
     assert not pipelined
 
 
