@@ -17,6 +17,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+import mpi_regimes  # noqa: E402
 
 CHUNKS = (1 << 18, 1 << 19, 1 << 20)
 DEPTHS = (1, 2)
@@ -71,15 +72,15 @@ def child(argv):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    common.add_regime_arg(p)
+    mpi_regimes.add_regime_arg(p)
     p.add_argument("--sizes", default="1e6,1e7")
     p.add_argument("--np", type=int, default=2)
     p.add_argument("--reps", type=int, default=11)
     args = p.parse_args()
-    for regime in common.regimes(args.regime):
+    for regime in mpi_regimes.regimes(args.regime):
         for size in args.sizes.split(","):
             out = common.result_path("pipeline_sweep_%s_%s.json" % (regime, size))
-            data = common.run_in_regime("pipeline_sweep.py", args.np, out, regime,
+            data = mpi_regimes.run_in_regime("pipeline_sweep.py", args.np, out, regime,
                                         ["--size", size, "--reps", str(args.reps)])
             print("%s %s (bare %s): %s" % (regime, size, common.fmt_time(data["bare"]), ", ".join(
                 "%s %.2fx" % kv for kv in data["ratios"].items() if kv[0] != "bare")), flush=True)

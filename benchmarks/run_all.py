@@ -26,6 +26,7 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import common  # noqa: E402
+import mpi_regimes  # noqa: E402
 
 if common.ROOT not in sys.path:
     sys.path.insert(1, common.ROOT)   # psgd from the checkout when not installed
@@ -65,7 +66,7 @@ def main(argv=None):
     p.add_argument("--out", default=os.path.join(common.ROOT, "BENCHMARKS.md"))
     p.add_argument("--render", action="store_true",
                    help="rewrite the report from benchmarks/results/ without measuring")
-    common.add_regime_arg(p)
+    mpi_regimes.add_regime_arg(p)
     args = p.parse_args(argv)
     chosen = SECTIONS if not args.only else tuple(s for s in args.only.split(",") if s)
     unknown = [s for s in chosen if s not in SECTIONS]

@@ -24,6 +24,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+import mpi_regimes  # noqa: E402
 
 ALGOS = ("easgd", "asgd")
 MODES = ("tight", "gap", "spin")
@@ -115,18 +116,14 @@ class WorkerUpdate:
 
 
 def _update_alone(algo, buf, reps=5):
-    """The worker's elementwise work of one sync, timed alone (no MPI):
-    easgd's lerp; asgd's delta and the copy of the pulled model."""
-    from psgd import kernels
-    w, other, scratch = buf.copy(), buf.copy(), np.empty_like(buf)
+    """The worker's elementwise work of one sync (WorkerUpdate), timed alone
+    and back to back (no MPI)."""
+    update = WorkerUpdate(algo, buf.copy(), buf.copy())
     times = []
     for _ in range(reps):
         start = time.perf_counter()
-        if algo == "easgd":
-            kernels.lerp(w, other, 0.45)
-        else:
-            np.subtract(w, other, out=scratch)
-            w[...] = other
+        update.before()
+        update.after()
         times.append(time.perf_counter() - start)
     return common.median(times)
 
@@ -231,9 +228,9 @@ def run(quick=False, regime="both"):
     sizes = [10 ** 5, 10 ** 6, 10 ** 7] if quick else [10 ** 5, 10 ** 6, 10 ** 7, 10 ** 8]
     common.results_dir()
     sections = []
-    for reg in common.regimes(regime):
+    for reg in mpi_regimes.regimes(regime):
         out = common.result_path("server_roundtrip_np2_%s.json" % reg)
-        data = common.run_in_regime("server_roundtrip.py", 2, out, reg,
+        data = mpi_regimes.run_in_regime("server_roundtrip.py", 2, out, reg,
                                     ["--sizes", ",".join(map(str, sizes))] +
                                     (["--quick", "--blocks", "2"] if quick else []), timeout=1800)
         common.save_json(_saved(reg), data)
@@ -248,7 +245,7 @@ def _saved(regime):
 
 def rerender():
     sections = []
-    for reg in common.REGIMES:
+    for reg in mpi_regimes.REGIMES:
         if os.path.exists(common.result_path(_saved(reg))):
             data = common.load_json(_saved(reg))
             sizes = sorted({r["size"] for r in data["rows"]})
@@ -277,11 +274,11 @@ def _own_plot(regime, draw):
 
 def _by_regime(sections):
     """One regime: its section; several: each regime's table under its name
-    (common.REGIMES), headlines tagged with the regime."""
+    (mpi_regimes.REGIMES), headlines tagged with the regime."""
     if len(sections) == 1 and sections[0][0] == "shm":
         return sections[0][1]
     first = sections[0][1]
-    md = [first.markdown.split("\n\n", 1)[0], "", common.REGIME_NOTE, ""]
+    md = [first.markdown.split("\n\n", 1)[0], "", mpi_regimes.REGIME_NOTE, ""]
     for reg, section in sections:
         md += ["**Regime `%s`**" % reg, "", section.markdown.split("\n\n", 1)[1], ""]
     heads = ["%s (%s)" % (h, reg) for reg, section in sections for h in section.headlines]

@@ -23,6 +23,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+import mpi_regimes  # noqa: E402
 
 WORKERS = (1, 2, 4, 8)
 SHARDS = (1, 2, 4)
@@ -30,8 +31,8 @@ SIZES = (10 ** 6, 10 ** 7)
 DURATION = 1.0              # seconds each worker syncs, per size
 ALLREDUCE_CHECK = 10 ** 7
 ALGO = "asgd"
-REGIMES = common.REGIMES
-regime_env = common.regime_env      # MPICH or Open MPI through its network path
+REGIMES = mpi_regimes.REGIMES
+regime_env = mpi_regimes.regime_env      # MPICH or Open MPI through its network path
 
 
 # child: one job -------------------------------------------------------------------
@@ -100,7 +101,7 @@ def _measure(comm, size, servers, duration):
 
 # driver ---------------------------------------------------------------------------
 def run(quick=False, regime="both"):
-    chosen = common.regimes(regime)
+    chosen = mpi_regimes.regimes(regime)
     workers, shards = ((1, 2), (1, 2)) if quick else (WORKERS, SHARDS)
     sizes = (10 ** 5, 10 ** 6) if quick else SIZES
     duration = 0.3 if quick else DURATION

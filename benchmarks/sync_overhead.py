@@ -18,6 +18,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+import mpi_regimes  # noqa: E402
 
 ALGOS = ("bsp", "bmuf", "sod", "syncgrad")
 PIPELINED = ("bsp", "bmuf", "sod")   # their update can run under a pipelined exchange
@@ -114,13 +115,13 @@ def _make(method, comm, size):
 
 def child(argv):
     from mpi4py import MPI
-    from psgd import pipeline
+    from psgd import mpi, pipeline
     p = common.child_args()
     p.add_argument("--sizes", required=True)
     p.add_argument("--methods", default=",".join(ALGOS + ("kaldi",)))
     args = p.parse_args(argv)
     comm = MPI.COMM_WORLD
-    across = _spans_hosts(comm)
+    across = mpi.spans_hosts(comm)     # the pipeline threshold depends on it
     rows = []
     for size in (int(float(s)) for s in args.sizes.split(",")):
         raw = np.empty(size, dtype=np.float32)
@@ -183,19 +184,11 @@ def child(argv):
                        "rows": rows}, f)
 
 
-def _spans_hosts(comm):
-    """Whether psgd sees this job's ranks on several hosts (its pipeline
-    threshold depends on it)."""
-    from psgd import mpi
-    from psgd.buffers import FlatBuffer
-    return mpi.Exchange(comm, FlatBuffer.pack([np.zeros(1, np.float32)])).spans_hosts()
-
-
 # driver ---------------------------------------------------------------------------
 def run(quick=False, nps=(2, 4), regime="both"):
     sizes = [10 ** 5, 10 ** 6, 10 ** 7] if quick else [10 ** 5, 10 ** 6, 10 ** 7, 10 ** 8]
     runs = []
-    for reg in common.regimes(regime):
+    for reg in mpi_regimes.regimes(regime):
         for np_ in nps:
             numexpr = not quick and np_ == nps[0] and reg == "shm"
             for accel in ("auto", "numexpr") if numexpr else ("auto",):
@@ -206,7 +199,7 @@ def run(quick=False, nps=(2, 4), regime="both"):
                 env = {"PSGD_ACCEL": accel}
                 if reg == "network":
                     env.update(ACROSS_HOSTS_ENV)
-                runs.append(common.run_in_regime(
+                runs.append(mpi_regimes.run_in_regime(
                     "sync_overhead.py", np_, out, reg,
                     ["--sizes", ",".join(map(str, sizes)), "--methods", methods]
                     + (["--quick"] if quick else []), env=env, timeout=1800))
@@ -225,7 +218,7 @@ def _regime(run):
 
 def _ordered(auto):
     """Runs by np, each np's regimes side by side (shm first)."""
-    return sorted(auto, key=lambda r: (r["np"], common.REGIMES.index(_regime(r))))
+    return sorted(auto, key=lambda r: (r["np"], mpi_regimes.REGIMES.index(_regime(r))))
 
 
 def report(runs, sizes):
@@ -265,7 +258,7 @@ def report(runs, sizes):
           "the floor and 1 is the update's arithmetic, which a pipelined exchange can hide "
           "(a ratio below its floor). (!) marks a ratio above the %.2fx target "
           "at 1e6 parameters and up. %s" % (TENSORS, TARGET, common.BIND_NOTE), "",
-          common.REGIME_NOTE, "",
+          mpi_regimes.REGIME_NOTE, "",
           common.table(headers, rows), ""]
     md += _pipeline_table(auto, sizes)
     if numexpr_runs:
@@ -276,7 +269,7 @@ def report(runs, sizes):
              "brackets), %s: " % reg + ", ".join("%s %.2fx (%.2f) at np %d, %s" % (
                  m, worst[m, reg][0], worst[m, reg][1], worst[m, reg][2],
                  common.fmt_size(worst[m, reg][3])) for m in ALGOS if (m, reg) in worst)
-             for reg in common.REGIMES if any(k[1] == reg for k in worst)]
+             for reg in mpi_regimes.REGIMES if any(k[1] == reg for k in worst)]
     return common.Section("Synchronization overhead against raw MPI", "\n".join(md), heads, runs)
 
 
@@ -300,7 +293,7 @@ def _pipeline_table(auto, sizes):
     thresholds = "; ".join("%s: from %s elements up" % (
         reg, "{:,}".format(min(r.get("pipeline_threshold", 0) for r in auto
                                if _regime(r) == reg)))
-        for reg in common.REGIMES if any(_regime(r) == reg for r in auto))
+        for reg in mpi_regimes.REGIMES if any(_regime(r) == reg for r in auto))
     headers = ["np", "parameters", "regime"] + ["%s %s" % (m, k) for m in PIPELINED
                                                 for k in ("one call", "pipelined")]
     return ["The exchange pipelined: `one call` is the sync with its sum in one Allreduce and "

@@ -221,14 +221,9 @@ class Exchange:
         self._spans_hosts = None
 
     def spans_hosts(self):
-        """Whether the ranks of `comm` live on more than one host (then some
-        of its bytes cross a network). Collective on the first call."""
+        """spans_hosts(comm), asked once (collective on the first call)."""
         if self._spans_hosts is None:
-            local = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
-            # every host holds fewer than all ranks, or one holds them all:
-            # each rank reaches the same answer
-            self._spans_hosts = local.Get_size() < self.comm.Get_size()
-            local.Free()
+            self._spans_hosts = spans_hosts(self.comm)
         return self._spans_hosts
 
     def pieces(self):
@@ -302,6 +297,18 @@ class Exchange:
         stage_in = None if self.direct else (lambda: self.buffer.from_host(lo, hi))
         return Request([self.comm.Irecv(self._writable()[lo:hi], source=source, tag=tag)],
                        stage_in)
+
+
+def spans_hosts(comm):
+    """Whether the ranks of `comm` live on more than one host (then some of
+    its bytes cross a network). Collective."""
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        # every host holds fewer than all ranks, or one holds them all: each
+        # rank reaches the same answer
+        return local.Get_size() < comm.Get_size()
+    finally:
+        local.Free()
 
 
 # Shards: an Exchange of elements [lo, hi) of another's buffer ------------------

@@ -41,6 +41,7 @@ class Optimizer:
     name = None
     defaults = {}
     slots = ()
+    momentum_term = "momentum"  # the option the trainer's --momentum sets
     scratch = 1
     common = {"lr": None, "weight_decay": 0.0, "clip": 0.0, "clip_value": 0.0}
 

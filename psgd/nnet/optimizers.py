@@ -132,6 +132,7 @@ class Adam(Optimizer):
     name = "adam"
     defaults = {"lr": 0.001, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8}
     slots = ("m", "v")
+    momentum_term = "beta1"
 
     def _update(self, xp, w, g):
         """m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
@@ -175,4 +176,5 @@ def momentum_option(name):
     """The option that is optimizer `name`'s momentum term (the trainer's
     --momentum): Adam's beta1, else momentum (which SGD, AdaGrad and
     AdaDelta refuse)."""
-    return "beta1" if name == "adam" else "momentum"
+    cls = OPTIMIZERS.get(name)
+    return cls.momentum_term if cls else "momentum"
