@@ -155,21 +155,32 @@ def host_copy(array):
     return np.array(array) if isinstance(array, np.ndarray) else array.get()
 
 
+def _writable(array):
+    # CuPy's flags have no `writeable`: device arrays always are
+    return getattr(array.flags, "writeable", True)
+
+
 def _common_flat_base(arrays):
-    """The 1-D contiguous array that `arrays` tile exactly, in order, or None."""
+    """The 1-D contiguous array that `arrays` tile exactly, in order, or None.
+    Only memory psgd may write is adopted: a read-only array (or base) is
+    packed instead, or the first broadcast into it would fail on rank 1 only.
+    The chain of bases ends at the last array: below it may lie any buffer
+    (an mmap, a bytearray, ctypes, shared memory, a torch tensor)."""
     if not arrays:
         return None
+    xp = array_module(arrays[0])
     base = arrays[0].base
-    while base is not None and getattr(base, "base", None) is not None:
-        base = base.base
-    if base is None or base.ndim != 1 or not base.flags.c_contiguous:
+    if not isinstance(base, xp.ndarray):
         return None
-    if array_module(base) is not array_module(arrays[0]):
+    while isinstance(base.base, xp.ndarray):
+        base = base.base
+    if base.ndim != 1 or not base.flags.c_contiguous or not _writable(base):
         return None
     ptr = _pointer(base)
     total = 0
     for a in arrays:
-        if a.dtype != base.dtype or not a.flags.c_contiguous:
+        if not isinstance(a, xp.ndarray) or a.dtype != base.dtype or not a.flags.c_contiguous \
+                or not _writable(a):
             return None
         if a.size and _pointer(a) != ptr + total * base.itemsize:
             return None
