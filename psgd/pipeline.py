@@ -61,6 +61,12 @@ def set_pipeline(chunk=None, threshold=_KEEP):
     return old
 
 
+def settings():
+    """(chunk, threshold) as set (threshold None: by the path of the bytes);
+    psgd.create compares them across the ranks."""
+    return _pipeline["chunk"], _pipeline["threshold"]
+
+
 def pipeline_chunk():
     """Elements per pipelined Iallreduce (never above the MPI count limit)."""
     return min(_pipeline["chunk"], mpi.chunk_elements())

@@ -6,7 +6,7 @@ import numbers
 import numpy as np
 from mpi4py import MPI
 
-from .. import agreement, mpi, pieces
+from .. import agreement, mpi, pieces, pipeline
 from ..buffers import FlatBuffer
 from ..errors import UsageError
 from . import lifecycle
@@ -14,14 +14,26 @@ from .base import REGISTRY
 
 
 def describe(name, options, buffer, grad_buffer, stat_buffer=None, servers=1):
-    """What must be the same on every rank. The server piece matters only
-    where model messages go to a server."""
-    server_based = REGISTRY[name].server_based
+    """What must be the same on every rank, the settings that cut messages
+    included (message_settings)."""
     return {"algorithm": name, "servers": servers, "dtype": str(buffer.dtype),
             "tensors": len(buffer.shapes), "shapes": [list(s) for s in buffer.shapes],
             "grads": None if grad_buffer is None else [list(s) for s in grad_buffer.shapes],
             "stats": None if stat_buffer is None else [list(s) for s in stat_buffer.shapes],
-            "options": options,
+            "options": options, **message_settings(REGISTRY[name].server_based)}
+
+
+def message_settings(server_based):
+    """Every setting (environment or set_*) that decides how a sync is cut
+    into MPI messages: two ranks that cut it differently post calls that never
+    match (a hang), or MPI's own error. The pipeline shapes only the
+    collective algorithms' sums, the server piece only the server
+    algorithms' model messages."""
+    chunk, threshold = pipeline.settings()
+    return {"MPI chunk (PSGD_MPI_CHUNK)": mpi.chunk_elements(),
+            "pipeline chunk (PSGD_MPI_PIPELINE_CHUNK)": None if server_based else chunk,
+            "pipeline threshold (PSGD_MPI_PIPELINE_THRESHOLD)":
+                None if server_based else ("by the path" if threshold is None else threshold),
             "server piece (PSGD_MPI_SERVER_PIECE)": pieces.server_piece() if server_based
             else None}
 

@@ -97,3 +97,54 @@ def test_15_arrays_over_foreign_memory_are_adopted_or_copied(kind, adopted):
     for rank in (0, 1):
         assert said(result, "rank %d: %s adopted %s" % (rank, expected, adopted)) == 1, \
             result.stdout + result.stderr
+
+
+# 4 ----------------------------------------------------------------------------------
+PER_RANK_ENV = """import os, sys
+from mpi4py import MPI
+var, values, algo = sys.argv[1], sys.argv[2].split(","), sys.argv[3]
+os.environ[var] = values[MPI.COMM_WORLD.rank]     # read when psgd is imported
+import numpy as np
+import psgd
+from psgd import agreement
+agreement.abort_on_error()
+sync = psgd.create(algo, [np.zeros(100)])
+if sync.role == "server":
+    sync.run()
+else:
+    for _ in range(3):
+        sync.params[0][...] += 1
+        sync.synchronize(1)
+    sync.stop()
+print("done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("var,values,algo,shown", [
+    ("PSGD_MPI_PIPELINE_CHUNK", "10,1000", "bsp", "10 vs 1000"),
+    ("PSGD_MPI_PIPELINE_THRESHOLD", "0,100000", "bmuf", "0 vs 100000"),
+    ("PSGD_MPI_PIPELINE_THRESHOLD", "0,", "sod", "0 vs 'by the path'"),
+    ("PSGD_MPI_CHUNK", "10,1000", "sod", "10 vs 1000"),
+    ("PSGD_MPI_CHUNK", "10,1000", "asgd", "10 vs 1000"),
+])
+def test_4_message_settings_that_differ_between_ranks_fail_at_create(tmp_path, var, values,
+                                                                     algo, shown):
+    script = tmp_path / "env.py"
+    script.write_text(PER_RANK_ENV)
+    # both ranks pipeline every buffer of more than one chunk unless told otherwise
+    env = {"PSGD_MPI_PIPELINE_CHUNK": "10", "PSGD_MPI_PIPELINE_THRESHOLD": "0"}
+    env.pop(var, None)
+    result = job(2, None, env=env, argv=[str(script), var, values, algo])
+    assert_clean_failure(result, "layout differs between rank 0 and rank 1: ")
+    assert "(%s) %s" % (var, shown) in result.stderr, result.stderr
+    assert "done" not in result.stdout
+
+
+def test_4_the_same_message_settings_on_every_rank_pass(tmp_path):
+    """The oracle can pass: the job of the test above, agreed, trains."""
+    script = tmp_path / "env.py"
+    script.write_text(PER_RANK_ENV)
+    result = job(2, None, env={"PSGD_MPI_PIPELINE_THRESHOLD": "0"},
+                 argv=[str(script), "PSGD_MPI_PIPELINE_CHUNK", "10,10", "bsp"])
+    assert result.returncode == 0, result.stderr
+    assert said(result, "done") == 2
