@@ -73,6 +73,23 @@ def _chunks(size, step=None):
         yield 0, 0
 
 
+def communicator(comm=None):
+    """`comm` (COMM_WORLD when None) if it is an intracommunicator psgd can
+    use; a UsageError on this rank otherwise, before any collective call
+    (which on a bad communicator is MPI's error, or a hang)."""
+    if comm is None:
+        return MPI.COMM_WORLD
+    if not isinstance(comm, MPI.Comm):
+        raise UsageError("comm must be an MPI communicator (mpi4py), got %s"
+                         % type(comm).__name__)
+    if comm == MPI.COMM_NULL:
+        raise UsageError("comm is MPI.COMM_NULL (a freed communicator, or a rank left out "
+                         "of a split): pass a communicator this rank belongs to")
+    if not isinstance(comm, MPI.Intracomm):
+        raise UsageError("comm must be an intracommunicator, got an %s" % type(comm).__name__)
+    return comm
+
+
 class Node:
     """This rank's place in a communicator: rank, size, main node, local rank."""
 

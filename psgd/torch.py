@@ -41,8 +41,7 @@ def create(name, model, comm=None, buffers=False, **options):
     psgd's flat buffer. Collective over `comm` (default MPI.COMM_WORLD): a bad
     model on any rank raises the same UsageError on every rank, before any rank
     changes its model. `options` are the algorithm's (ALGORITHMS.md)."""
-    from mpi4py import MPI
-    comm = comm if comm is not None else MPI.COMM_WORLD
+    comm = mpi.communicator(comm)
     error = plan = None
     try:
         plan = _Plan(name, model, buffers)
@@ -183,6 +182,7 @@ class TorchSync(mpi.Closeable):
         momentum and center). A plain model.load_state_dict() would write the
         parameters behind the algorithm's back. Server algorithms call it
         between rounds, as reset_to."""
+        self.algorithm.check_reset()    # rank-local: reset_to's own check, before agree()
         self._check_binding()
         error = None
         if self.algorithm.node.is_main:

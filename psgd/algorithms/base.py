@@ -140,27 +140,47 @@ class Algorithm(mpi.Closeable):
         worker's reference point; bmuf's D, sod's outer state and masgd's
         velocities at zero). Other ranks may pass None. Server algorithms
         call it between rounds: after stop() and the server's run()."""
+        self.check_reset()
         error = None
         try:
-            problem = self._reset_problem()
-            if problem:
-                raise UsageError(problem)
             if self.node.is_main:
                 self._copy_in(params)
         except (UsageError, ValueError, TypeError) as exc:
-            error = exc if isinstance(exc, UsageError) else UsageError(str(exc))
+            error = exc if isinstance(exc, UsageError) else UsageError(
+                "%s.reset_to: rank 0's params: %s" % (self.name, exc))
         agreement.agree(self.comm, error)
         self.exchange.bcast(mpi.MAIN_RANK)
         self.restart()
+
+    def check_reset(self):
+        """Raise UsageError on this rank when reset_to may not run now: before
+        any collective, since a rank in the middle of a server algorithm's
+        round has a server busy in run() that would never join one."""
+        self.check_open("reset_to")
+        problem = self._reset_problem()
+        if problem:
+            raise UsageError(problem)
 
     def _reset_problem(self):
         """Why reset_to may not run now on this rank, or None."""
         return None
 
+    def check_open(self, call):
+        """Raise UsageError on this rank when the object was closed (its
+        communicator is gone: MPI's own error otherwise)."""
+        if self.comm is None:
+            raise UsageError("%s rank %d: %s after close(): a closed object cannot be used "
+                             "(psgd.create makes another)" % (self.name, self.node.rank, call))
+
     def _copy_in(self, params):
         buf, xp = self.buffer, self.buffer.xp
         if params is None:
             raise UsageError("%s.reset_to: rank 0 must pass the model" % self.name)
+        if isinstance(params, (str, bytes)) or (
+                not hasattr(params, "shape") and not hasattr(params, "__iter__")):
+            raise UsageError("%s.reset_to: params must be a list of arrays shaped like "
+                             "sync.params, or one flat array; got %s" % (
+                                 self.name, type(params).__name__))
         if hasattr(params, "shape"):
             if tuple(params.shape) != (buf.size,):
                 raise UsageError("%s.reset_to: a flat model has shape (%d,), got %s" % (
@@ -168,6 +188,10 @@ class Algorithm(mpi.Closeable):
             buf.data[...] = xp.asarray(params)
             return
         params = list(params)
+        for i, p in enumerate(params):
+            if not hasattr(p, "shape"):
+                raise UsageError("%s.reset_to: params[%d] is not an array (got %s)" % (
+                    self.name, i, type(p).__name__))
         shapes = [tuple(p.shape) for p in params]
         if shapes != [tuple(s) for s in buf.shapes]:
             raise UsageError("%s.reset_to: params have shapes %s, the algorithm holds %s" % (
@@ -219,6 +243,7 @@ class CollectiveWorker(Algorithm):
         return None if self.stat_buffer is None else self.stat_buffer.views
 
     def synchronize(self, n_k):
+        self.check_open("synchronize")
         if self.stopped:
             # The others have left this round: an Allreduce now would wait for ever.
             raise UsageError("%s rank %d: synchronize after stop (begin_round() starts another "
@@ -265,6 +290,7 @@ class CollectiveWorker(Algorithm):
 
     def begin_round(self):
         """After stop(): every rank takes part in another round."""
+        self.check_open("begin_round")
         self.stopped = False
 
     def exit_action(self):

@@ -4,9 +4,9 @@ the object for this rank's role."""
 import numbers
 
 import numpy as np
-from mpi4py import MPI
 
 from .. import agreement, mpi, pieces, pipeline
+from ..backend import array_module
 from ..buffers import FlatBuffer
 from ..errors import UsageError
 from . import lifecycle
@@ -47,7 +47,7 @@ def create(name, params, comm=None, grads=None, stats=None, servers=None, **opti
     with the model's weights (n_k / n, or uniform under weighting=uniform).
     `servers` (server algorithms; default 1): ranks 0..servers-1 serve, each
     one contiguous shard of the flat buffer; the other ranks work."""
-    comm = comm if comm is not None else MPI.COMM_WORLD
+    comm = mpi.communicator(comm)
     error, cls, resolved, buffer, grad_buffer = None, None, None, None, None
     stat_buffer = None
     try:
@@ -70,7 +70,12 @@ def create(name, params, comm=None, grads=None, stats=None, servers=None, **opti
             grad_buffer = _as_buffer(grads, "grads")
             if grad_buffer.shapes != buffer.shapes or grad_buffer.dtype != buffer.dtype:
                 raise UsageError("grads must have the shapes and dtype of params")
-        if stats is not None and len(list(stats)):
+        stats = None if stats is None else _arrays(stats, "stats")
+        if stats:
+            if cls.server_based:
+                # psgd.torch's buffers=True refuses the same, in the same words
+                raise UsageError("stats=: %s does not average statistics; the collective "
+                                 "algorithms (bsp, bmuf, sod, syncgrad) do" % name)
             stat_buffer = _as_buffer(stats, "stats")
     except (UsageError, ValueError, TypeError) as exc:
         error = exc if isinstance(exc, UsageError) else UsageError(str(exc))
@@ -104,13 +109,26 @@ def _check_servers(cls, servers, size):
     return int(servers)
 
 
-def _as_buffer(arrays, what):
+def _arrays(arrays, what):
+    """`arrays` as a list, or a UsageError when it is no sequence of them."""
+    if hasattr(arrays, "shape"):
+        raise UsageError("%s must be a list of arrays, got one %s (pass [it])" % (
+            what, type(arrays).__name__))
     if arrays is None or isinstance(arrays, (str, bytes)):
         raise UsageError("%s must be a list of arrays" % what)
-    arrays = list(arrays)
+    try:
+        return list(arrays)
+    except TypeError:
+        raise UsageError("%s must be a list of arrays, got %s" % (
+            what, type(arrays).__name__)) from None
+
+
+def _as_buffer(arrays, what):
+    arrays = _arrays(arrays, what)
     for i, a in enumerate(arrays):
-        if not hasattr(a, "shape") or not hasattr(a, "dtype"):
-            raise UsageError("%s[%d] is not an array (got %s)" % (what, i, type(a).__name__))
+        problem = array_problem(a)
+        if problem:
+            raise UsageError("%s[%d] is %s" % (what, i, problem))
     dtypes = {np.dtype(a.dtype) for a in arrays}
     if len(dtypes) > 1:
         raise UsageError("%s mix dtypes %s; use one of float32, float64" % (
@@ -119,3 +137,21 @@ def _as_buffer(arrays, what):
         raise UsageError("%s must be float32 or float64, got %s" % (what, arrays[0].dtype))
     return FlatBuffer.wrap(arrays, dtype=arrays[0].dtype if arrays else np.float32)
 
+
+
+def array_problem(a):
+    """Why `a` is not an array psgd can synchronize (NumPy's, or CuPy's on
+    a GPU), or None."""
+    if isinstance(a, np.ndarray):
+        return None
+    kind = type(a).__module__.partition(".")[0] + "." + type(a).__name__
+    if kind.startswith("torch."):
+        return ("a %s: psgd.create takes NumPy or CuPy arrays (psgd.torch.create(name, "
+                "model) binds a torch model)" % kind)
+    try:
+        xp = array_module(a)
+    except ImportError:     # no CuPy: nothing but NumPy arrays is ours
+        xp = np
+    if xp is np or not isinstance(a, xp.ndarray):
+        return "not a NumPy or CuPy array (got %s)" % type(a).__name__
+    return None

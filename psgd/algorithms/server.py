@@ -128,6 +128,7 @@ class Server(GivingUp, Algorithm):
     def begin_round(self):
         """Serve another round (an epoch) with the next run(); the workers
         call begin_round() too. The log and the sync count go on."""
+        self.check_open("begin_round")
         if self.running:
             raise UsageError("%s server: begin_round() before run() has returned" % self.name)
         self._new_round = True
@@ -165,6 +166,7 @@ class Server(GivingUp, Algorithm):
 
     # the event loop ------------------------------------------------------------
     def run(self):
+        self.check_open("run")
         if self.failure is not None:
             raise ProtocolError(self.failure)
         if self.stats is not None and not self._new_round:

@@ -49,6 +49,7 @@ class ServerWorker(Algorithm):
 
     def synchronize(self, n_k):
         """Push this block (n_k samples) and pull the center; returns True."""
+        self.check_open("synchronize")
         n_k = self._count(n_k, "synchronize")
         self._check_running()
         self.in_round = True
@@ -60,6 +61,7 @@ class ServerWorker(Algorithm):
 
     def stop(self, n_k=0):
         """Push the last partial block (when n_k > 0), then send FINISHED."""
+        self.check_open("stop")
         if self.stopped and self.failure is None:
             return
         n_k = self._count(n_k, "stop")
@@ -75,6 +77,7 @@ class ServerWorker(Algorithm):
     def begin_round(self):
         """After stop(): take part in another round (an epoch) that the
         server serves with its next run()."""
+        self.check_open("begin_round")
         if self.failure is not None:
             raise ProtocolError(self.failure)
         if not self.stopped:

@@ -29,6 +29,36 @@ def said(result, text):
     return result.stdout.count(text)
 
 
+# 1 ----------------------------------------------------------------------------------
+RESET_IN_A_ROUND = """
+algo, torch_model = %r, %r
+if torch_model:
+    import torch, psgd.torch
+    sync = psgd.torch.create(algo, torch.nn.Linear(2, 2))
+else:
+    sync = psgd.create(algo, [np.zeros(4, np.float32)])
+if sync.role == "server":
+    sync.run()
+else:
+    sync.synchronize(1)
+    if torch_model:
+        sync.load_state_dict(None)
+    else:
+        sync.reset_to(None)
+"""
+
+
+@pytest.mark.parametrize("algo,torch_model", [("asgd", False), ("easgd", False),
+                                              ("asgd", True)])
+def test_1_reset_to_during_a_round_fails_on_that_worker_before_any_collective(algo,
+                                                                              torch_model):
+    if torch_model:
+        pytest.importorskip("torch")
+    result = job(2, RESET_IN_A_ROUND % (algo, torch_model))
+    assert_clean_failure(result, "error: %s worker 1: reset_to during a round; call it after "
+                                 "stop()" % algo)
+
+
 # 2 ----------------------------------------------------------------------------------
 def test_2_read_only_slices_of_one_array_are_copied_not_broadcast_into():
     # without the hook: the lifecycle's own guard is all a plain script has
@@ -148,3 +178,76 @@ def test_4_the_same_message_settings_on_every_rank_pass(tmp_path):
                  argv=[str(script), "PSGD_MPI_PIPELINE_CHUNK", "10,10", "bsp"])
     assert result.returncode == 0, result.stderr
     assert said(result, "done") == 2
+
+
+# 24 ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("algo", ["easgd", "asgd", "masgd"])
+def test_24_stats_with_a_server_algorithm_is_refused(algo):
+    result = job(2, """
+        sync = psgd.create(%r, [np.zeros(4)], stats=[np.zeros(2)])
+        print("created", flush=True)
+        """ % algo)
+    assert_clean_failure(result, "stats=: %s does not average statistics; the collective "
+                                 "algorithms (bsp, bmuf, sod, syncgrad) do" % algo)
+    assert "created" not in result.stdout
+
+
+# 25 ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("algo", ["bsp", "easgd"])
+def test_25_use_after_close_is_a_psgd_error(algo):
+    result = job(2, """
+        sync = psgd.create(%r, [np.zeros(4)])
+        if sync.role == "server":
+            sync.run()
+        else:
+            sync.stop()
+        sync.close()
+        sync.run() if sync.role == "server" else sync.synchronize(1)
+        """ % algo)
+    assert_clean_failure(result, "%s rank 1: synchronize after close(): a closed object "
+                                 "cannot be used" % algo)
+    assert "Invalid communicator" not in result.stderr
+    if algo == "easgd":
+        assert "easgd rank 0: run after close()" in result.stderr
+
+
+@pytest.mark.parametrize("params,needle", [
+    ('"abc"', "bsp.reset_to: params must be a list of arrays shaped like sync.params, or one "
+              "flat array; got str"),
+    ('["abc"]', "bsp.reset_to: params[0] is not an array (got str)"),
+    ('[np.array(["x"] * 4)]', "bsp.reset_to: rank 0's params: could not convert string"),
+    ("42", "bsp.reset_to: params must be a list of arrays shaped like sync.params, or one "
+           "flat array; got int"),
+])
+def test_25_reset_to_with_what_is_no_model_is_a_psgd_error(params, needle):
+    result = job(2, """
+        sync = psgd.create("bsp", [np.zeros(4)])
+        sync.reset_to(%s if MPI.COMM_WORLD.rank == 0 else None)
+        """ % params)
+    assert_clean_failure(result, needle)
+    assert "rank 0 failed" not in result.stderr
+
+
+@pytest.mark.parametrize("comm,needle", [
+    ('"world"', "comm must be an MPI communicator (mpi4py), got str"),
+    ("MPI.COMM_NULL", "comm is MPI.COMM_NULL"),
+    ("freed", "comm is MPI.COMM_NULL"),
+])
+def test_25_a_bad_communicator_is_a_psgd_error(comm, needle):
+    result = job(2, """
+        freed = MPI.COMM_WORLD.Dup()
+        freed.Free()
+        psgd.create("bsp", [np.zeros(4)], comm=%s)
+        """ % comm)
+    assert_clean_failure(result, needle)
+
+
+def test_25_torch_tensors_as_params_are_a_psgd_error():
+    pytest.importorskip("torch")
+    result = job(2, """
+        import torch
+        psgd.create("bsp", [torch.zeros(4)])
+        """)
+    assert_clean_failure(result, "params[0] is a torch.Tensor: psgd.create takes NumPy or "
+                                 "CuPy arrays (psgd.torch.create(name, model) binds a torch "
+                                 "model)")
