@@ -10,6 +10,8 @@ what tells a silent rank from a waiting one: a frozen rank's last status
 says "in sync 20" for ever, so the rank whose heartbeat is older than the
 timeout is the one named, not the ones waiting for it.
 """
+import math
+import numbers
 import sys
 import threading
 import time
@@ -17,11 +19,27 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from .. import agreement
+from ..errors import UsageError
+
 COMPUTING, SYNCING, DONE, SERVING, EPOCH_END = 0, 1, 2, 3, 4
 WAITING = (SYNCING, SERVING, EPOCH_END)
 _STATUS = 5  # phase, epoch, sync number, milliseconds in phase, rank
 _TAG = 7
 DEPUTY = 1   # the rank that watches rank 0's heartbeats
+
+
+def _seconds(what, value, off=False):
+    """A duration > 0 in seconds (with `off`, None or 0 is None: no
+    watchdog), or a UsageError: a negative or NaN one made every heartbeat
+    look late and ended a healthy job, blaming rank 0."""
+    if off and (value is None or (isinstance(value, numbers.Real) and value == 0)):
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) \
+            or not math.isfinite(value) or value <= 0:
+        raise UsageError("Watchdog: %s must be a finite number of seconds > 0%s, got %r"
+                         % (what, " (None: no watchdog)" if off else "", value))
+    return float(value)
 
 
 class Watchdog:
@@ -32,9 +50,19 @@ class Watchdog:
     rank computes and workers have waited past `timeout`, the one not
     answering is the server, or (collective algorithms) nobody: every rank
     waits in MPI. With `abort`, the reporting rank ends the job (exit 3). No
-    thread runs when timeout is None or the job has one rank."""
+    thread runs when timeout is None (or 0) or the job has one rank.
+    Collective: a bad timeout or period on any rank, or timeouts that differ
+    (a rank without a thread would be named as silent), fail on every rank."""
 
     def __init__(self, comm, timeout, abort=False, period=1.0):
+        error = None
+        try:
+            timeout = _seconds("timeout", timeout, off=True)
+            period = _seconds("period", period)
+        except UsageError as exc:
+            error = exc
+        agreement.agree(comm, error)
+        agreement.check_same(comm, {"timeout": timeout}, "the stall watchdog")
         self.timeout, self.abort = timeout, abort
         self.phase, self.epoch, self.sync_no, self.since = COMPUTING, 0, 0, time.time()
         self.thread = None

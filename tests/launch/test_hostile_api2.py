@@ -180,6 +180,44 @@ def test_4_the_same_message_settings_on_every_rank_pass(tmp_path):
     assert said(result, "done") == 2
 
 
+# 16 ---------------------------------------------------------------------------------
+WATCHED = """
+from psgd.train.faults import Watchdog
+rank = MPI.COMM_WORLD.rank
+dog = Watchdog(MPI.COMM_WORLD, %s, abort=True)
+sync = psgd.create("bsp", [np.zeros(4)])
+for i in range(3):
+    time.sleep(0.5)
+    dog.enter(0, i)
+    sync.synchronize(1)
+    dog.leave()
+sync.stop()
+dog.close()
+print("done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("timeout,needle", [
+    ("-1", "Watchdog: timeout must be a finite number of seconds > 0 (None: no watchdog), "
+           "got -1"),
+    ("float('nan')", "Watchdog: timeout must be a finite number of seconds > 0 (None: no "
+                     "watchdog), got nan"),
+    ("'5'", "got '5'"),
+    ("2.0 if rank == 0 else None", "the stall watchdog differs between rank 0 and rank 1: "
+                                   "timeout 2.0 vs None"),
+])
+def test_16_a_watchdog_timeout_that_cannot_work_is_refused_on_every_rank(timeout, needle):
+    result = job(2, WATCHED % timeout)
+    assert_clean_failure(result, needle)
+    assert "stall" not in result.stderr.replace("stall watchdog", ""), result.stderr
+
+
+def test_16_a_healthy_watched_job_finishes():
+    result = job(2, WATCHED % "30.0")
+    assert result.returncode == 0, result.stderr
+    assert said(result, "done") == 2
+
+
 # 24 ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("algo", ["easgd", "asgd", "masgd"])
 def test_24_stats_with_a_server_algorithm_is_refused(algo):
