@@ -48,6 +48,11 @@ def create(name, model, comm=None, buffers=False, **options):
     except UsageError as exc:
         error = exc
     agreement.agree(comm, error)
+    # The flat buffers pair tensors by position: a rank whose module lists
+    # the same shapes in another order would be cross-wired without a word.
+    agreement.check_same(comm, {"parameters": [n for n, _ in plan.params],
+                                "buffers": [n for n, _ in plan.buffers]},
+                         "the model (its tensor names, in order)")
     params = plan.bind(plan.params)
     grads = plan.bind_grads() if plan.needs_grads else None
     stats = plan.bind(plan.buffers) if plan.buffers else None
@@ -189,10 +194,11 @@ class TorchSync(mpi.Closeable):
             try:
                 if state_dict is None:
                     raise UsageError("load_state_dict: rank 0 must pass the state_dict")
-                self.model.load_state_dict(state_dict, strict=strict)  # copies into the views
+                self._load_or_keep(state_dict, strict)
             except (RuntimeError, KeyError, TypeError, ValueError) as exc:
+                # torch's first line names no key: keep them all, on one line
                 error = exc if isinstance(exc, UsageError) else UsageError(
-                    "load_state_dict: %s" % str(exc).strip().splitlines()[0])
+                    "load_state_dict: %s" % " ".join(str(exc).split()))
         agreement.agree(self.algorithm.comm, error)
         self._check_binding()
         if self._device.type == "cuda":
@@ -202,6 +208,17 @@ class TorchSync(mpi.Closeable):
         if self.algorithm.stat_exchange is not None:    # BatchNorm statistics: rank 0's too
             self.algorithm.stat_exchange.bcast(mpi.MAIN_RANK)
         self._after(None)
+
+    def _load_or_keep(self, state_dict, strict):
+        """model.load_state_dict (it copies into the views), or the model
+        as it was: torch copies every key that fits before it raises for
+        an unexpected one, which would leave rank 0 alone with half a model."""
+        kept = {k: v.clone() for k, v in self.model.state_dict().items()}
+        try:
+            self.model.load_state_dict(state_dict, strict=strict)
+        except BaseException:
+            self.model.load_state_dict(kept)
+            raise
 
     def close(self):
         self.algorithm.close()
