@@ -4,6 +4,7 @@ math in psgd/algorithms/staleness.py, in the order the server logged."""
 import numpy as np
 import pytest
 
+import psgd
 import reference
 from server_plans import check_replay
 
@@ -31,6 +32,27 @@ def test_the_server_counts_staleness(comm, name):
         assert sum(hist) == len(log)
         assert hist == np.bincount(log[:, 5], minlength=len(hist)).tolist()
         assert obj.stats.staleness_mean == pytest.approx(log[:, 5].mean() if len(log) else 0.0)
+
+
+@pytest.mark.parametrize("name,expected", [("easgd", [0, 1, 1, 1]), ("asgd", [0, 0, 0, 0]),
+                                           ("masgd", [0, 0, 0, 0])])
+def test_a_lone_workers_staleness_is_the_readmes(comm, name, expected):
+    """Issue 25: the README said 0 for a worker alone, easgd reported 1. Both
+    follow ALGORITHMS.md: asgd's reply is the center after the worker's own
+    update (nothing in between), easgd's the center from before it, so the
+    worker's next delta lands one update (its own) later."""
+    if comm.size != 2:
+        pytest.skip("a worker alone: np 2")
+    obj = psgd.create(name, [np.zeros(3)], comm=comm)
+    if obj.role == "server":
+        obj.run()
+    else:
+        for _ in range(4):
+            obj.synchronize(1)
+        obj.stop()
+    seen = [s.staleness for s in obj.log] if obj.role == "server" else expected
+    obj.close()
+    assert seen == expected
 
 
 @pytest.mark.parametrize("compensation,lam", [("scale", None), ("dc", None), ("dc", 0.3)])
