@@ -1,15 +1,18 @@
 """The stall watchdog: a rank that stops arriving at syncs, or stops
 answering altogether (frozen with SIGSTOP, swapped out, dead without MPI
-noticing), is named with what it was last doing.
+noticing, on a host whose link is cut), is named with what it was last doing
+and, when the job spans hosts, with its host.
 
 Every rank's thread sends its status (a heartbeat) once a `period` on a
-communicator of its own (like Horovod's stall check): ranks 1.. to rank 0,
-which collects them, and rank 0 to rank 1, its deputy, because a frozen
-rank 0 cannot report itself. A heartbeat's age (how long ago it came) is
-what tells a silent rank from a waiting one: a frozen rank's last status
-says "in sync 20" for ever, so the rank whose heartbeat is older than the
-timeout is the one named, not the ones waiting for it.
+communicator of its own (like Horovod's stall check) to rank 0, which
+collects them and sends its own to every rank: rank 1, its deputy, reports a
+frozen rank 0, which cannot report itself, and any rank learns from rank 0's
+silence that it is cut off from the job. A heartbeat's age (how long ago it
+came) is what tells a silent rank from a waiting one: a frozen rank's last
+status says "in sync 20" for ever, so the rank whose heartbeat is older than
+the timeout is the one named, not the ones waiting for it.
 """
+import signal
 import sys
 import threading
 import time
@@ -17,24 +20,32 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-COMPUTING, SYNCING, DONE, SERVING, EPOCH_END = 0, 1, 2, 3, 4
-WAITING = (SYNCING, SERVING, EPOCH_END)
+from .. import mpi
+from .stall_report import (COMPUTING, DONE, EPOCH_END, SERVING, SYNCING, WAITING,  # noqa: F401
+                           Names, doing, stall_report)
+
 _STATUS = 5  # phase, epoch, sync number, milliseconds in phase, rank
 _TAG = 7
-DEPUTY = 1   # the rank that watches rank 0's heartbeats
+DEPUTY = 1   # the rank that reports rank 0's silence
+# A rank still alive this long after the job was to be aborted cannot reach
+# the launcher (its host's link is cut): it ends itself.
+ABORT_GRACE_S = 5.0
 
 
 class Watchdog:
     """While some rank waits (in a sync, at the end of an epoch, or serving
     as the server), rank 0 names the ranks that have not reached a sync for
     longer than `timeout` and what they were doing; a rank silent for longer
-    than `timeout` is named before anything else (rank 0 by rank 1). When no
-    rank computes and workers have waited past `timeout`, the one not
-    answering is the server, or (collective algorithms) nobody: every rank
-    waits in MPI. With `abort`, the reporting rank ends the job (exit 3). No
-    thread runs when timeout is None or the job has one rank."""
+    than `timeout` is named before anything else (rank 0 by rank 1), and a
+    host whose every rank is silent as that host. When no rank computes and
+    workers have waited past `timeout`, the one not answering is the server,
+    or (collective algorithms) nobody: every rank waits in MPI. With `abort`,
+    the reporting rank ends the job (exit 3), and a rank that has heard
+    nothing from rank 0 for twice `timeout`, the job not ended by then, is
+    cut off and ends itself. `hosts`: each rank's host (default: asked).
+    No thread runs when timeout is None or the job has one rank."""
 
-    def __init__(self, comm, timeout, abort=False, period=1.0):
+    def __init__(self, comm, timeout, abort=False, period=1.0, hosts=None):
         self.timeout, self.abort = timeout, abort
         self.phase, self.epoch, self.sync_no, self.since = COMPUTING, 0, 0, time.time()
         self.thread = None
@@ -42,6 +53,8 @@ class Watchdog:
             return
         self.comm = comm.Dup()
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        self.hosts = hosts if hosts is not None else mpi.host_names(self.comm)
+        self.names = Names(self.hosts)
         self.period = min(period, timeout / 4)
         self.started = time.time()
         self.stopping = threading.Event()
@@ -85,44 +98,48 @@ class Watchdog:
         else:
             self._beat()
 
-    # ranks 1..: send heartbeats; rank 1 also watches rank 0's -----------------------
+    # ranks 1..: send heartbeats, hear rank 0's -----------------------------------------
     def _beat(self):
-        deputy = self.rank == DEPUTY
-        if deputy:
-            landing = np.zeros(_STATUS, dtype=np.int64)
-            last = np.full(_STATUS, -1, dtype=np.int64)
-            heard = time.time()
-            request = self.comm.Irecv(landing, source=0, tag=_TAG)
+        landing = np.zeros(_STATUS, dtype=np.int64)
+        last = np.full(_STATUS, -1, dtype=np.int64)
+        heard = time.time()
+        request = self.comm.Irecv(landing, source=0, tag=_TAG)
+        sending = Sender(self.comm)
         while True:
             stopping = self.stopping.wait(self.period)
             status = self._status()
             if stopping:
                 status[0] = DONE
-            self.comm.Send(status, dest=0, tag=_TAG)
-            if deputy:
-                while request != MPI.REQUEST_NULL and request.Test():
-                    last[:], heard = landing, time.time()
+            sending.send(status, 0)
+            while request != MPI.REQUEST_NULL and request.Test():
+                last[:], heard = landing, time.time()
+                request = MPI.REQUEST_NULL if landing[0] == DONE else \
+                    self.comm.Irecv(landing, source=0, tag=_TAG)
+            if stopping:
+                sending.finish()
+                while request != MPI.REQUEST_NULL:   # rank 0's goodbye
+                    request.Wait()
                     request = MPI.REQUEST_NULL if landing[0] == DONE else \
                         self.comm.Irecv(landing, source=0, tag=_TAG)
-                if stopping:
-                    while request != MPI.REQUEST_NULL:   # rank 0's goodbye
-                        request.Wait()
-                        request = MPI.REQUEST_NULL if landing[0] == DONE else \
-                            self.comm.Irecv(landing, source=0, tag=_TAG)
-                elif request != MPI.REQUEST_NULL:
-                    self._watch_rank0(last, heard)
-            if stopping:
                 return
+            if request != MPI.REQUEST_NULL:
+                self._hear_rank0(last, heard)
 
-    def _watch_rank0(self, last, heard):
+    def _hear_rank0(self, last, heard):
         age = time.time() - heard
         if age <= self.timeout:
             return
-        self._say(("psgd: stall: rank 0 silent for %.1fs (no heartbeat: frozen or dead?), "
-                   "last heard %s; noticed by rank %d" % (
-                       age, _doing(last, last[3] / 1000.0), self.rank)), ("silent", 0, heard))
+        if self.rank == DEPUTY:
+            self._say(("psgd: stall: %s silent for %.1fs (no heartbeat: frozen or dead?), "
+                       "last heard %s; noticed by %s" % (
+                           self.names.rank(0), age, doing(last, last[3] / 1000.0),
+                           self.names.rank(self.rank))), ("silent", 0, heard))
+        elif self.abort and age > 2 * self.timeout:
+            self._say("psgd: stall: %s has heard nothing from %s for %.1fs: cut off from the "
+                      "job" % (self.names.rank(self.rank), self.names.rank(0), age),
+                      ("cut off",))
 
-    # rank 0: collect, report, and beat for the deputy ----------------------------------
+    # rank 0: collect, report, and beat for every rank -----------------------------------
     def _collect(self):
         table = np.full((self.size, _STATUS), -1, dtype=np.int64)
         seen_at = np.zeros(self.size)
@@ -131,6 +148,7 @@ class Watchdog:
         landing = np.zeros((self.size, _STATUS), dtype=np.int64)
         requests = [MPI.REQUEST_NULL] + [self.comm.Irecv(landing[r], source=r, tag=_TAG)
                                          for r in range(1, self.size)]
+        sending = Sender(self.comm)
         last_round = time.time()
         while True:
             stopping = self.stopping.wait(self.period)
@@ -150,14 +168,17 @@ class Watchdog:
             if all(q == MPI.REQUEST_NULL for q in requests):
                 break          # every other rank said goodbye
             if not stopping:
-                self.comm.Send(table[0], dest=DEPUTY, tag=_TAG)
+                for r in range(1, self.size):
+                    sending.send(table[0], r)
                 if not was_frozen:
                     line = stall_report(table, seen_at, time.time(), self.timeout,
-                                        time.time() - self.started)
+                                        time.time() - self.started, self.hosts, self.period)
                     self._say(*(line or (None, None)))
         goodbye = self._status()
         goodbye[0] = DONE
-        self.comm.Send(goodbye, dest=DEPUTY, tag=_TAG)
+        for r in range(1, self.size):
+            sending.send(goodbye, r, wait=True)
+        sending.finish()
 
     def _say(self, line, key):
         if key == self.reported:
@@ -170,11 +191,15 @@ class Watchdog:
             sys.stderr.write("psgd: stall: --stall-abort ends the job\n")
         sys.stderr.flush()
         if self.abort:
+            # MPI_Abort needs the launcher; across a cut link it never returns,
+            # holding the GIL: the kernel's alarm (SIGALRM's default action)
+            # ends the process then
+            signal.alarm(int(ABORT_GRACE_S))
             self.comm.Abort(3)
 
     def close(self):
         """Collective in effect: every rank's thread says goodbye to rank 0's
-        (and rank 0's to rank 1's)."""
+        and rank 0's to every rank's."""
         if self.thread is not None:
             self.stopping.set()
             self.thread.join()
@@ -183,68 +208,23 @@ class Watchdog:
             self.thread = None
 
 
-def stall_report(table, seen_at, now, timeout, running):
-    """(line, key) naming the ranks that hold the job up, or None. `table`:
-    each rank's last status (phase -1: none yet), `seen_at` when it came,
-    `running`: seconds the watchdog has run."""
-    size = len(table)
-    phase = table[:, 0]
-    age = now - seen_at
-    elapsed = table[:, 3] / 1000.0 + age
-    silent = [r for r in range(1, size) if phase[r] >= 0 and phase[r] != DONE
-              and age[r] > timeout]
-    if silent:
-        others = [_describe(r, table[r], elapsed[r]) for r in range(size)
-                  if r not in silent and phase[r] != DONE]
-        line = "psgd: stall: silent for more than %gs (no heartbeat: frozen or dead?): %s%s" % (
-            timeout, ", ".join("rank %d (last heard %.1fs ago: %s)" % (
-                r, age[r], _doing(table[r], elapsed[r] - age[r]))
-                for r in silent), "; others: " + ", ".join(others) if others else "")
-        return line, ("silent",) + tuple(silent)
-    waiting = [r for r in range(size) if phase[r] in WAITING]
-    if not waiting:
-        return None
-    late = [r for r in range(size) if (phase[r] == COMPUTING and elapsed[r] > timeout)
-            or (phase[r] < 0 and running > timeout)]
-    stuck = [r for r in waiting if phase[r] == SYNCING and elapsed[r] > timeout]
-    serving = [r for r in range(size) if phase[r] == SERVING]   # ranks 0..S-1 under --servers S
-    if not late and stuck and all(phase[r] in WAITING for r in range(size)):
-        if serving:
-            # Every worker waits and the servers have been asked: one of them is it.
-            late = serving
-            for r in serving:
-                waiting.remove(r)
-        elif all(elapsed[r] > timeout for r in range(size)):
-            line = "psgd: stall: every rank has waited for more than %gs (stuck in MPI?): %s" % (
-                timeout, ", ".join(_describe(r, table[r], elapsed[r]) for r in range(size)))
-            return line, ("all",) + tuple(int(table[r, 2]) for r in stuck)
-    if not late:
-        return None
-    if late and late == serving:
-        what = ["rank %d (%s server, epoch %d: no answer for %.1fs)" % (
-            r, "the" if late == [0] else "a", table[r, 1] + 1, max(elapsed[w] for w in stuck))
-            for r in late]
-    else:
-        what = [_describe(r, table[r], elapsed[r]) for r in late]
-    line = "psgd: stall: not arrived after %gs: %s; waiting: %s" % (
-        timeout, ", ".join(what), ", ".join(_describe(r, table[r], elapsed[r]) for r in waiting))
-    return line, tuple((r, int(table[r, 0]), int(table[r, 1]), int(table[r, 2])) for r in late)
+class Sender:
+    """Heartbeats that never block the watchdog: one in flight per peer (a
+    peer across a cut link would otherwise stall the sender), each from a
+    buffer of its own."""
 
+    def __init__(self, comm):
+        self.comm, self.pending = comm, {}
 
-def _describe(r, status, elapsed):
-    return "rank %d (%s)" % (r, _doing(status, elapsed))
+    def send(self, status, dest, wait=False):
+        request, _ = self.pending.get(dest, (MPI.REQUEST_NULL, None))
+        if wait:
+            request.Wait()
+        elif not request.Test():
+            return            # the last one has not left yet: skip this beat
+        data = status.copy()
+        self.pending[dest] = (self.comm.Isend(data, dest=dest, tag=_TAG), data)
 
-
-def _doing(status, elapsed):
-    phase, epoch, sync_no = int(status[0]), int(status[1]) + 1, int(status[2])
-    if phase < 0:
-        return "never reported"
-    if phase == COMPUTING:
-        return "computing for %.1fs in epoch %d, after sync %d" % (elapsed, epoch, sync_no)
-    if phase == SYNCING:
-        return "in sync %d of epoch %d for %.1fs" % (sync_no + 1, epoch, elapsed)
-    if phase == SERVING:
-        return "the server, serving epoch %d" % epoch
-    if phase == EPOCH_END:
-        return "at the end of epoch %d for %.1fs" % (epoch, elapsed)
-    return "finished"
+    def finish(self):
+        MPI.Request.Waitall([request for request, _ in self.pending.values()])
+        self.pending.clear()

@@ -1,0 +1,60 @@
+"""Where a cluster's facts live while it is up: one JSON file under /run,
+written whole (a crash mid-write must not leave half a cluster described)."""
+import json
+import os
+
+STATE_DIR = os.environ.get("PSGD_LOCAL_CLUSTER_DIR", "/run/psgd-local-cluster")
+STATE_FILE = os.path.join(STATE_DIR, "state.json")
+
+# Everything this tool makes carries this prefix, so `down` can find what a
+# crashed `up` left behind.
+PREFIX = "psgdlc-"
+BRIDGE_NS = PREFIX + "br"
+# 198.18.0.0/15 is set aside for benchmarking networks (RFC 2544): nothing
+# real answers there, and the machine's own namespace blackholes it while up.
+NETWORK = "198.18.0.0/15"
+PREFIXLEN = 15
+
+
+def host_address(index):
+    return "198.18.0.%d" % (10 + index)
+
+
+CONTROLLER = {"name": "ctl", "addr": "198.18.0.2"}
+
+
+class ClusterError(Exception):
+    """A problem the user can fix, said in one line."""
+
+
+def load():
+    try:
+        with open(STATE_FILE) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+    except ValueError as e:
+        raise ClusterError("%s is corrupt (%s): run `psgd-local-cluster down`" % (STATE_FILE, e))
+
+
+def require():
+    state = load()
+    if state is None:
+        raise ClusterError("no cluster is up: run `psgd-local-cluster up H` first")
+    return state
+
+
+def save(state):
+    os.makedirs(STATE_DIR, exist_ok=True)
+    tmp = STATE_FILE + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(state, f, indent=1)
+    os.replace(tmp, STATE_FILE)
+
+
+def host(state, name):
+    for h in state["hosts"] + ([state["controller"]] if state.get("controller") else []):
+        if h["name"] == name:
+            return h
+    raise ClusterError("no host %r in this cluster (hosts: %s)" % (
+        name, ", ".join(h["name"] for h in state["hosts"])))
