@@ -119,11 +119,17 @@ class Cluster:
                                 stderr=stderr, env=self.job_env(env), cwd=cwd or ROOT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
 
-    def processes(self, host, pattern):
-        """Command lines of the processes on `host` that match `pattern`."""
+    def processes(self, host, pattern=""):
+        """Command lines of the live processes on `host` that match `pattern`."""
         out = self.tool("exec", host, "ps", "-eo", "stat=,args=").stdout
-        return [line for line in out.splitlines()
+        return [line.split(None, 1)[1] for line in out.splitlines()
                 if pattern in line and not line.lstrip().startswith("Z") and "ps -eo" not in line]
+
+    def ranks(self, host, module="psgd.worker"):
+        """Command lines of the Python processes on `host` running `module`
+        (its ranks, not the launcher whose arguments name it)."""
+        return [p for p in self.processes(host, module)
+                if os.path.basename(p.split()[0]).startswith("python")]
 
 
 def _open_mpi():

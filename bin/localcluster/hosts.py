@@ -84,12 +84,24 @@ def init_pid(unshare_pid):
 
 
 def alive(host):
-    """Whether the host's PID 1 still runs (a reused PID is not the host)."""
+    """Whether the host's PID 1 still runs (a reused PID is not the host)
+    and takes sessions (a PID 1 being killed has closed its socket first)."""
+    if "pid" not in host:
+        return False
+    if _inside_a_host():
+        # other hosts' processes are out of sight here: their sshd answers
+        return _answers(host["name"])
     try:
-        return os.stat("/proc/%d/ns/pid" % host["pid"]).st_ino == host["pidns"]
-    except (FileNotFoundError, KeyError):
-        # inside a host, other hosts' processes are out of sight: ask its sshd
-        return "pid" in host and _answers(host["name"])
+        same = os.stat("/proc/%d/ns/pid" % host["pid"]).st_ino == host["pidns"]
+    except FileNotFoundError:
+        return False
+    return same and _answers(host["name"])
+
+
+def _inside_a_host():
+    # a host's PID namespace is a child of the machine's: its PID 1 is ours
+    with open("/proc/1/cmdline", "rb") as f:
+        return b"serve-host" in f.read()
 
 
 def current(state):

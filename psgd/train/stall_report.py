@@ -50,8 +50,11 @@ def stall_report(table, seen_at, now, timeout, running, hosts=None, beat=0.0):
     waiting = [r for r in range(size) if phase[r] in WAITING]
     if not waiting:
         return None
-    late = [r for r in range(size) if (phase[r] == COMPUTING and elapsed[r] > timeout)
-            or (phase[r] < 0 and running > timeout)]
+    # a rank whose heartbeats are overdue may be gone: what it last said it
+    # was doing is stale, and silence (above) will name it
+    overdue = [r for r in range(1, size) if beat and age[r] > 2 * beat and phase[r] >= 0]
+    late = [r for r in range(size) if r not in overdue and (
+        (phase[r] == COMPUTING and elapsed[r] > timeout) or (phase[r] < 0 and running > timeout))]
     stuck = [r for r in waiting if phase[r] == SYNCING and elapsed[r] > timeout]
     serving = [r for r in range(size) if phase[r] == SERVING]   # ranks 0..S-1 under --servers S
     if not late and stuck and all(phase[r] in WAITING for r in range(size)):
@@ -85,14 +88,57 @@ def _silent(names, table, age, elapsed, silent, timeout):
         names.rank(r), age[r], doing(table[r], elapsed[r] - age[r])) for r in silent)
     lost = names.lost_hosts(silent)
     if lost:
-        # every rank of a host at once: the host, not a process
-        head = "; ".join("host %s (rank%s %s) silent for more than %gs: lost, cut off or "
-                         "frozen?" % (h, "" if len(rs) == 1 else "s", ", ".join(map(str, rs)),
-                                      timeout) for h, rs in lost.items())
+        # every rank of a host at once: the host, not a process. Heartbeats
+        # share MPI's connections: while every rank waits in a collective,
+        # a slow link queues its host's heartbeats behind the sync's bytes,
+        # and a cut one stops them; either way that host's link holds the job.
+        why = "its link is slow or cut" if all(table[r, 0] in WAITING for r in range(
+            len(table)) if table[r, 0] != DONE) else "lost, cut off or frozen?"
+        head = "; ".join("host %s (rank%s %s) silent for more than %gs: %s" % (
+            h, "" if len(rs) == 1 else "s", ", ".join(map(str, rs)), timeout, why)
+            for h, rs in lost.items())
         return "psgd: stall: %s; %s%s" % (head, heard, "; others: " + ", ".join(others)
                                           if others else "")
     return "psgd: stall: silent for more than %gs (no heartbeat: frozen or dead?): %s%s" % (
         timeout, heard, "; others: " + ", ".join(others) if others else "")
+
+
+def slow_link(names, behind, threshold, noise, heard):
+    """"slow link: host h1's (...)" when one host's ranks hear rank 0 more
+    than `threshold` seconds `behind` (a round trip over that host's link)
+    and the other hosts' within `noise` (one heartbeat period) of it; on two
+    hosts, the link between them. Else "". Only hosts whose every rank is
+    still `heard` from are slow (the others may be cut off: silence names
+    them)."""
+    if names.hosts is None:
+        return ""
+    home = names.hosts[0]
+    lag, quiet = {}, set()
+    for r, h in enumerate(names.hosts):
+        if h != home:
+            lag.setdefault(h, []).append(behind[r])
+            if not heard[r]:
+                quiet.add(h)
+    lag = {h: sorted(v)[len(v) // 2] for h, v in lag.items()}
+    slow = sorted(h for h, v in lag.items() if v > threshold and h not in quiet)
+    if not slow:
+        return ""
+    if len(lag) == 1:
+        return "slow link: between hosts %s and %s (%s hears rank 0 %.1fs behind)" % (
+            home, slow[0], slow[0], lag[slow[0]])
+    fine = [v for h, v in lag.items() if h not in slow]
+    if not fine or max(fine) > noise:
+        # every other host hears rank 0 late: its own link is the slow one
+        return "slow link: host %s's (%s; every other host hears rank 0 %.1fs behind)" % (
+            home, _ranks_of(names, home), min(lag.values()))
+    return "slow link: %s (other hosts within %.1fs)" % (", ".join(
+        "host %s's (%s; hears rank 0 %.1fs behind)" % (h, _ranks_of(names, h), lag[h])
+        for h in slow), max(fine))
+
+
+def _ranks_of(names, host):
+    ranks = [r for r, h in enumerate(names.hosts) if h == host]
+    return "rank%s %s" % ("" if len(ranks) == 1 else "s", ", ".join(map(str, ranks)))
 
 
 def describe(names, r, status, elapsed):

@@ -12,6 +12,7 @@ came) is what tells a silent rank from a waiting one: a frozen rank's last
 status says "in sync 20" for ever, so the rank whose heartbeat is older than
 the timeout is the one named, not the ones waiting for it.
 """
+import os
 import signal
 import sys
 import threading
@@ -22,14 +23,19 @@ from mpi4py import MPI
 
 from .. import mpi
 from .stall_report import (COMPUTING, DONE, EPOCH_END, SERVING, SYNCING, WAITING,  # noqa: F401
-                           Names, doing, stall_report)
+                           Names, doing, slow_link, stall_report)
 
-_STATUS = 5  # phase, epoch, sync number, milliseconds in phase, rank
+# phase, epoch, sync number, milliseconds in phase, rank, and a heartbeat
+# count: rank 0 numbers its heartbeats, the others send back the last number
+# they heard (how far behind they hear rank 0: a round trip over their link)
+_STATUS = 6
 _TAG = 7
-DEPUTY = 1   # the rank that reports rank 0's silence
-# A rank still alive this long after the job was to be aborted cannot reach
-# the launcher (its host's link is cut): it ends itself.
-ABORT_GRACE_S = 5.0
+# MPI_Abort from a rank that cannot reach the launcher never returns: the
+# rank ends itself this long after calling it.
+ABORT_GRACE_S = 5
+# A rank that has not heard rank 0 for this many timeouts, the job not
+# ended by then, is cut off from it and ends itself.
+CUT_OFF = 1.5
 
 
 class Watchdog:
@@ -55,6 +61,10 @@ class Watchdog:
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self.hosts = hosts if hosts is not None else mpi.host_names(self.comm)
         self.names = Names(self.hosts)
+        # rank 0's silence is reported by a rank on its host where there is
+        # one: no link between them can make rank 0 look silent
+        self.deputy = next((r for r in range(1, self.size) if self.hosts[r] == self.hosts[0]), 1)
+        self.count = 0
         self.period = min(period, timeout / 4)
         self.started = time.time()
         self.stopping = threading.Event()
@@ -89,8 +99,8 @@ class Watchdog:
 
     def _status(self):
         phase, epoch, sync_no, since = self.phase, self.epoch, self.sync_no, self.since
-        return np.array([phase, epoch, sync_no, int(1000 * (time.time() - since)), self.rank],
-                        dtype=np.int64)
+        return np.array([phase, epoch, sync_no, int(1000 * (time.time() - since)), self.rank,
+                         self.count], dtype=np.int64)
 
     def _loop(self):
         if self.rank == 0:
@@ -107,14 +117,14 @@ class Watchdog:
         sending = Sender(self.comm)
         while True:
             stopping = self.stopping.wait(self.period)
+            while request != MPI.REQUEST_NULL and request.Test():
+                last[:], heard, self.count = landing, time.time(), landing[5]
+                request = MPI.REQUEST_NULL if landing[0] == DONE else \
+                    self.comm.Irecv(landing, source=0, tag=_TAG)
             status = self._status()
             if stopping:
                 status[0] = DONE
             sending.send(status, 0)
-            while request != MPI.REQUEST_NULL and request.Test():
-                last[:], heard = landing, time.time()
-                request = MPI.REQUEST_NULL if landing[0] == DONE else \
-                    self.comm.Irecv(landing, source=0, tag=_TAG)
             if stopping:
                 sending.finish()
                 while request != MPI.REQUEST_NULL:   # rank 0's goodbye
@@ -129,15 +139,22 @@ class Watchdog:
         age = time.time() - heard
         if age <= self.timeout:
             return
-        if self.rank == DEPUTY:
-            self._say(("psgd: stall: %s silent for %.1fs (no heartbeat: frozen or dead?), "
+        if self.rank == self.deputy:
+            across = self.hosts[self.rank] != self.hosts[0]
+            self._say(("psgd: stall: %s silent for %.1fs (no heartbeat: %s), "
                        "last heard %s; noticed by %s" % (
-                           self.names.rank(0), age, doing(last, last[3] / 1000.0),
+                           self.names.rank(0), age, "frozen or dead, or the link between "
+                           "%s and %s slow or cut?" % (self.hosts[0], self.hosts[self.rank])
+                           if across else "frozen or dead?", doing(last, last[3] / 1000.0),
                            self.names.rank(self.rank))), ("silent", 0, heard))
-        elif self.abort and age > 2 * self.timeout:
-            self._say("psgd: stall: %s has heard nothing from %s for %.1fs: cut off from the "
-                      "job" % (self.names.rank(self.rank), self.names.rank(0), age),
-                      ("cut off",))
+        elif self.abort and age > CUT_OFF * self.timeout:
+            # rank 0 would have ended the job by now, unless this rank cannot
+            # hear it: nor could MPI_Abort reach the launcher from here
+            sys.stderr.write("psgd: stall: %s has heard nothing from %s for %.1fs: cut off "
+                             "from the job; --stall-abort ends this rank\n" % (
+                                 self.names.rank(self.rank), self.names.rank(0), age))
+            sys.stderr.flush()
+            os._exit(3)
 
     # rank 0: collect, report, and beat for every rank -----------------------------------
     def _collect(self):
@@ -149,6 +166,7 @@ class Watchdog:
         requests = [MPI.REQUEST_NULL] + [self.comm.Irecv(landing[r], source=r, tag=_TAG)
                                          for r in range(1, self.size)]
         sending = Sender(self.comm)
+        slow_said = set()
         last_round = time.time()
         while True:
             stopping = self.stopping.wait(self.period)
@@ -156,6 +174,7 @@ class Watchdog:
             # This process itself was stopped: the ages below are its own
             # silence, which the deputy has reported.
             was_frozen, last_round = now - last_round > self.timeout, now
+            self.count += 1
             table[0], seen_at[0] = self._status(), now
             while True:
                 done = MPI.Request.Testsome(requests)
@@ -174,11 +193,25 @@ class Watchdog:
                     line = stall_report(table, seen_at, time.time(), self.timeout,
                                         time.time() - self.started, self.hosts, self.period)
                     self._say(*(line or (None, None)))
+                    self._slow_links(self.count - table[:, 5], seen_at, slow_said)
+
         goodbye = self._status()
         goodbye[0] = DONE
         for r in range(1, self.size):
             sending.send(goodbye, r, wait=True)
         sending.finish()
+
+    def _slow_links(self, behind, seen_at, said):
+        """Name a host whose ranks hear rank 0 more than half the timeout
+        behind while the other hosts' keep up (once per host): a report, not
+        the end of the job."""
+        line = slow_link(self.names, behind * self.period, self.timeout / 2, self.period,
+                         heard=time.time() - seen_at < 1.25 * self.period)
+        which = line.split(" (")[0]        # the hosts named, not how far behind
+        if line and which not in said:
+            said.add(which)
+            sys.stderr.write("psgd: stall: %s\n" % line)
+            sys.stderr.flush()
 
     def _say(self, line, key):
         if key == self.reported:
@@ -194,7 +227,7 @@ class Watchdog:
             # MPI_Abort needs the launcher; across a cut link it never returns,
             # holding the GIL: the kernel's alarm (SIGALRM's default action)
             # ends the process then
-            signal.alarm(int(ABORT_GRACE_S))
+            signal.alarm(ABORT_GRACE_S)
             self.comm.Abort(3)
 
     def close(self):
