@@ -51,7 +51,8 @@ class Cluster:
 
     def __init__(self, hosts, rate=None, slurm=False):
         self.names = ["h%d" % i for i in range(hosts)]
-        self.env = {}
+        # a cluster of the suite's own: one a user has up is left alone
+        self.env = {"PSGD_LOCAL_CLUSTER": "test"}
         # a test killed before its clean-up left one behind
         self.tool("down", check=False)
         self.tool("up", str(hosts), *(["--rate", rate] if rate else []),

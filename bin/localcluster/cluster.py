@@ -4,8 +4,8 @@ import shutil
 
 from . import hosts as _hosts
 from . import launch, network
-from .state import (CONTROLLER, STATE_DIR, ClusterError, host, host_address, load,
-                    require, save)
+from .state import (ALL_DIR, CONTROLLER, STATE_DIR, ClusterError, host, host_address, load,
+                    others_up, require, save)
 
 
 def up(count, rate=None, slurm=False):
@@ -59,8 +59,10 @@ def down():
                 _hosts.kill(h)
     for ns in network.namespaces():
         network.delete_namespace(ns)
-    network.remove_blackhole()
     shutil.rmtree(STATE_DIR, ignore_errors=True)
+    if not others_up():
+        network.remove_blackhole()
+        shutil.rmtree(ALL_DIR, ignore_errors=True)
 
 
 def kill(name):

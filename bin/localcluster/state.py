@@ -3,12 +3,19 @@ written whole (a crash mid-write must not leave half a cluster described)."""
 import json
 import os
 
-STATE_DIR = os.environ.get("PSGD_LOCAL_CLUSTER_DIR", "/run/psgd-local-cluster")
+# Several clusters may be up at once, each under its own name (each its own
+# bridge: their hosts reach only each other).
+NAME = os.environ.get("PSGD_LOCAL_CLUSTER", "main")
+if not NAME.isalnum() or len(NAME) > 8:
+    raise SystemExit("psgd-local-cluster: error: PSGD_LOCAL_CLUSTER=%r: up to 8 letters "
+                     "and digits" % NAME)
+ALL_DIR = "/run/psgd-local-cluster"
+STATE_DIR = os.path.join(ALL_DIR, NAME)
 STATE_FILE = os.path.join(STATE_DIR, "state.json")
 
 # Everything this tool makes carries this prefix, so `down` can find what a
 # crashed `up` left behind.
-PREFIX = "psgdlc-"
+PREFIX = "psgdlc-%s-" % NAME
 BRIDGE_NS = PREFIX + "br"
 # 198.18.0.0/15 is set aside for benchmarking networks (RFC 2544): nothing
 # real answers there, and the machine's own namespace blackholes it while up.
@@ -25,6 +32,14 @@ CONTROLLER = {"name": "ctl", "addr": "198.18.0.2"}
 
 class ClusterError(Exception):
     """A problem the user can fix, said in one line."""
+
+
+def others_up():
+    """Whether a cluster of another name is up (the blackhole route is theirs too)."""
+    try:
+        return any(n != NAME for n in os.listdir(ALL_DIR))
+    except FileNotFoundError:
+        return False
 
 
 def load():
