@@ -138,9 +138,33 @@ def _open_mpi():
     return "Open MPI" in _mpi_flavour()
 
 
+SLURM_PACKAGES = ("slurm-wlm", "munge")
+SLURM_DAEMONS = ("slurmctld", "slurmd", "munged", "sbatch")
+
+
+def why_no_slurm():
+    """None once SLURM's daemons are installed (through apt where they are
+    missing and apt is there), else the reason."""
+    if all(shutil.which(d) for d in SLURM_DAEMONS):
+        return None
+    if shutil.which("apt-get") is None:
+        return "SLURM is not installed and there is no apt-get to install %s" % (
+            " and ".join(SLURM_PACKAGES))
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    for cmd in (["apt-get", "update", "-qq"],
+                ["apt-get", "install", "-y", "-qq"] + list(SLURM_PACKAGES)):
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        if r.returncode != 0:
+            return "could not install SLURM (%s): %s" % (" ".join(cmd), r.stderr.strip()[-300:])
+    missing = [d for d in SLURM_DAEMONS if not shutil.which(d)]
+    return "SLURM installed without %s" % ", ".join(missing) if missing else None
+
+
 def cluster_fixture(hosts=2, rate="1gbit", slurm=False):
     """A pytest fixture body: the cluster, then `down` whatever happened."""
     skip_without_cluster()
+    if slurm and why_no_slurm():
+        pytest.skip(why_no_slurm())
     cluster = Cluster(hosts, rate, slurm)
     try:
         yield cluster

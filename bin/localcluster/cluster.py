@@ -51,9 +51,7 @@ def down():
     process, no mount, no route, no daemon is left."""
     state = load()
     if state is not None:
-        if state.get("slurm"):
-            from . import slurm as _slurm
-            _slurm.stop(state)
+        # SLURM's daemons die with their hosts
         for h in state["hosts"] + ([state["controller"]] if state.get("controller") else []):
             if "pid" in h and _hosts.alive(h):
                 _hosts.kill(h)

@@ -5,11 +5,13 @@ suite's own replay oracles and the pipelined sum (psgd pipelines because the
 ranks span hosts) against the serial results."""
 import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from cluster_util import json_lines
+from cluster_util import TOOL, json_lines
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -92,6 +94,7 @@ def test_resume_across_hosts_gives_the_uninterrupted_model(cluster, workdir, alg
             np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 
 
+@pytest.mark.one_mpi
 def test_the_replay_oracles_hold_across_hosts(cluster):
     """The suite's serial replays of the collective algorithms, with two of
     the four ranks on the other side of a 1 Gb/s link."""
@@ -141,9 +144,25 @@ def test_ranks_on_two_hosts_pipeline_the_sum_and_get_one_calls_bits(cluster):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.one_mpi
 def test_psgd_torch_across_two_hosts(cluster, workdir):
     pytest.importorskip("torch")
     r = cluster.mpirun(2, 4, [os.path.join("examples", "torch_mnist1d.py"), "--algo", "bmuf",
                               "--epochs", "2"])
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert "accuracy" in r.stdout.lower(), r.stdout[-2000:]
+
+
+@pytest.mark.one_mpi
+def test_the_readme_command_as_a_new_user_types_it(cluster, workdir):
+    """`psgd-local-cluster mpirun -hosts h0:2,h1:2 -n 4 python -m psgd.worker
+    --algo bmuf` with no virtualenv on PATH: the launcher and `python` are
+    the repository's .venv's (the one beside this interpreter)."""
+    env = cluster.job_env()
+    env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
+    env.pop("MPIEXEC")
+    r = subprocess.run([sys.executable, TOOL, "mpirun", "-hosts", "h0:2,h1:2", "-n", "4",
+                        "python", "-m", "psgd.worker", "--algo", "bmuf", "--epochs", "1"],
+                       capture_output=True, text=True, env=env, cwd=str(workdir), timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "on 2 hosts: h0 (ranks 0, 1), h1 (ranks 2, 3)" in r.stdout + r.stderr
