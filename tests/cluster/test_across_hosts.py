@@ -166,3 +166,29 @@ def test_the_readme_command_as_a_new_user_types_it(cluster, workdir):
                        capture_output=True, text=True, env=env, cwd=str(workdir), timeout=120)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "on 2 hosts: h0 (ranks 0, 1), h1 (ranks 2, 3)" in r.stdout + r.stderr
+
+
+TORCHRUN_JOB = """
+import os, socket, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(4) * (dist.get_rank() + 1)
+dist.all_reduce(t)
+os.write(1, ("RANK %d %d %s %d\\n" % (dist.get_rank(), dist.get_world_size(),
+                                      socket.gethostname(), int(t[0]))).encode())
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.one_mpi
+def test_torchrun_on_every_host(cluster, workdir):
+    """psgd-local-cluster torchrun: one torchrun per host, rendezvous at h0,
+    gloo over each host's eth0 (the peer psgd.torch is measured against)."""
+    pytest.importorskip("torch")
+    (workdir / "job.py").write_text(TORCHRUN_JOB)
+    r = subprocess.run([sys.executable, TOOL, "torchrun", "--nproc-per-node", "2",
+                        str(workdir / "job.py")], capture_output=True, text=True,
+                       env=cluster.job_env(), cwd=str(workdir), timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    ranks = sorted(line.split()[1:] for line in r.stdout.splitlines() if line.startswith("RANK"))
+    assert ranks == [["0", "4", "h0", "10"], ["1", "4", "h0", "10"],
+                     ["2", "4", "h1", "10"], ["3", "4", "h1", "10"]], r.stdout
