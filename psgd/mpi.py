@@ -328,6 +328,40 @@ def spans_hosts(comm):
         local.Free()
 
 
+HOST_NAME_BYTES = 256   # MPI_MAX_PROCESSOR_NAME of both libraries
+
+
+def host_names(comm):
+    """Each rank's host name, by rank. Collective; bytes, not pickles."""
+    mine = np.zeros(HOST_NAME_BYTES, dtype=np.uint8)
+    name = MPI.Get_processor_name().encode()[:HOST_NAME_BYTES]
+    mine[:len(name)] = np.frombuffer(name, dtype=np.uint8)
+    table = np.empty((comm.Get_size(), HOST_NAME_BYTES), dtype=np.uint8)
+    comm.Allgather(mine, table)
+    return [bytes(row).rstrip(b"\0").decode(errors="replace") for row in table]
+
+
+def describe_ranks(names, ranks):
+    """"rank 2 (host h1)", "ranks 2, 3 (host h1)", "ranks 0 (host h0), 3 (host h1)"."""
+    ranks = sorted(ranks)
+    by_host = {}
+    for r in ranks:
+        by_host.setdefault(names[r] if r < len(names) else "?", []).append(r)
+    words = ", ".join("%s (host %s)" % (", ".join(map(str, rs)), h) for h, rs in by_host.items()) \
+        if len(by_host) > 1 else "%s (host %s)" % (", ".join(map(str, ranks)), next(iter(by_host)))
+    return ("rank " if len(ranks) == 1 else "ranks ") + words
+
+
+def describe_hosts(names):
+    """"2 hosts: h0 (ranks 0, 1), h1 (ranks 2, 3)" of a rank -> host table."""
+    by_host = {}
+    for r, h in enumerate(names):
+        by_host.setdefault(h, []).append(r)
+    return "%d host%s: %s" % (len(by_host), "" if len(by_host) == 1 else "s", ", ".join(
+        "%s (rank%s %s)" % (h, "" if len(rs) == 1 else "s", ", ".join(map(str, rs)))
+        for h, rs in by_host.items()))
+
+
 # Shards: an Exchange of elements [lo, hi) of another's buffer ------------------
 def exchange_part(exchange, lo, hi, piece=None):
     """An Exchange on elements [lo, hi) of `exchange`'s buffer (a parameter

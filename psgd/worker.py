@@ -3,6 +3,7 @@
 Rank 0 is the server for easgd/asgd/masgd and a worker otherwise. Bad input
 is one line and a non-zero exit on every rank; any other failure on any
 rank names the rank and aborts the whole job instead of hanging it."""
+import os
 import sys
 import warnings
 
@@ -20,9 +21,32 @@ def _one_line_warnings(message, category, filename, lineno, file=None, line=None
     sys.stderr.write("%s: warning: rank %d: %s\n" % (PROG, MPI.COMM_WORLD.Get_rank(), message))
 
 
+def alone_in_slurm(size):
+    """The one line for a 1-rank trainer that SLURM started as one of several
+    tasks, or None. srun under MpiDefault=none (SLURM's own default) starts
+    every task as a job of its own: N trainers that then fight over one
+    output folder."""
+    if size != 1:
+        return None
+    step = os.environ.get("SLURM_STEP_NUM_TASKS", "")
+    if step.isdigit() and int(step) > 1:
+        return ("this trainer is a job of 1 rank, but its SLURM step has %s tasks: srun started "
+                "them as separate jobs (the site's MpiDefault is none?); launch with "
+                "`srun --mpi=pmi2` (MPICH) or mpirun, as bin/psgd-slurm.sbatch does" % step)
+    tasks = os.environ.get("SLURM_NTASKS", "")
+    if tasks.isdigit() and int(tasks) > 1:
+        warnings.warn("this trainer is a job of 1 rank in a SLURM allocation of %s tasks: "
+                      "start it with srun or mpirun to use them" % tasks)
+    return None
+
+
 def main(argv=None):
     agreement.abort_on_error()
     warnings.showwarning = _one_line_warnings
+    alone = alone_in_slurm(MPI.COMM_WORLD.Get_size())
+    if alone:
+        sys.stderr.write("%s: error: %s\n" % (PROG, alone))
+        return 2
     try:
         args = parse_args(argv)
     except UsageError as exc:

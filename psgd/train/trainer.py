@@ -107,7 +107,9 @@ class Trainer(mpi.Closeable):
         args = self.args
         self.outputs_lock = outputs.prepare(self.comm, args, self.main)
         consistency.warn_unused_gpu_ids(args, self.backend.name, self.main)
-        self.watchdog = Watchdog(self.comm, args.stall_timeout, args.stall_abort)
+        self.hosts = mpi.host_names(self.comm)
+        self.watchdog = Watchdog(self.comm, args.stall_timeout, args.stall_abort,
+                                 hosts=self.hosts)
         self.checkpointer = ckpt.Checkpointer(args.checkpoint_dir, self.comm) \
             if args.checkpoint_dir else None
         if args.resume:
@@ -147,6 +149,8 @@ class Trainer(mpi.Closeable):
     def _announce(self):
         d = self.data
         kaldi_log(self.parallel.announcement(self.net, d, self.backend), "setup")
+        if len(set(self.hosts)) > 1:
+            kaldi_log("on " + mpi.describe_hosts(self.hosts), "setup")
         options, term = self.optimizer.options, momentum_option(self.args.optimizer)
         momentum = " %s %g" % (term, options[term]) if term in options else ""
         rule = "" if self.lr_scale == 1 else \

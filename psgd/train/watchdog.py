@@ -1,17 +1,21 @@
 """The stall watchdog: a rank that stops arriving at syncs, or stops
 answering altogether (frozen with SIGSTOP, swapped out, dead without MPI
-noticing), is named with what it was last doing.
+noticing, on a host whose link is cut), is named with what it was last doing
+and, when the job spans hosts, with its host.
 
 Every rank's thread sends its status (a heartbeat) once a `period` on a
-communicator of its own (like Horovod's stall check): ranks 1.. to rank 0,
-which collects them, and rank 0 to rank 1, its deputy, because a frozen
-rank 0 cannot report itself. A heartbeat's age (how long ago it came) is
-what tells a silent rank from a waiting one: a frozen rank's last status
-says "in sync 20" for ever, so the rank whose heartbeat is older than the
-timeout is the one named, not the ones waiting for it.
+communicator of its own (like Horovod's stall check) to rank 0, which
+collects them and sends its own to every rank: rank 1, its deputy, reports a
+frozen rank 0, which cannot report itself, and any rank learns from rank 0's
+silence that it is cut off from the job. A heartbeat's age (how long ago it
+came) is what tells a silent rank from a waiting one: a frozen rank's last
+status says "in sync 20" for ever, so the rank whose heartbeat is older than
+the timeout is the one named, not the ones waiting for it.
 """
 import math
 import numbers
+import os
+import signal
 import sys
 import threading
 import time
@@ -19,14 +23,22 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .. import agreement
+from .. import agreement, mpi
 from ..errors import UsageError
+from .stall_report import (COMPUTING, DONE, EPOCH_END, SERVING, SYNCING, WAITING,  # noqa: F401
+                           Names, doing, slow_link, stall_report)
 
-COMPUTING, SYNCING, DONE, SERVING, EPOCH_END = 0, 1, 2, 3, 4
-WAITING = (SYNCING, SERVING, EPOCH_END)
-_STATUS = 5  # phase, epoch, sync number, milliseconds in phase, rank
+# phase, epoch, sync number, milliseconds in phase, rank, and a heartbeat
+# count: rank 0 numbers its heartbeats, the others send back the last number
+# they heard (how far behind they hear rank 0: a round trip over their link)
+_STATUS = 6
 _TAG = 7
-DEPUTY = 1   # the rank that watches rank 0's heartbeats
+# MPI_Abort from a rank that cannot reach the launcher never returns: the
+# rank ends itself this long after calling it.
+ABORT_GRACE_S = 5
+# A rank that has not heard rank 0 for this many timeouts, the job not
+# ended by then, is cut off from it and ends itself.
+CUT_OFF = 1.5
 
 
 def _seconds(what, value, off=False):
@@ -46,15 +58,19 @@ class Watchdog:
     """While some rank waits (in a sync, at the end of an epoch, or serving
     as the server), rank 0 names the ranks that have not reached a sync for
     longer than `timeout` and what they were doing; a rank silent for longer
-    than `timeout` is named before anything else (rank 0 by rank 1). When no
-    rank computes and workers have waited past `timeout`, the one not
-    answering is the server, or (collective algorithms) nobody: every rank
-    waits in MPI. With `abort`, the reporting rank ends the job (exit 3). No
-    thread runs when timeout is None (or 0) or the job has one rank.
-    Collective: a bad timeout or period on any rank, or timeouts that differ
-    (a rank without a thread would be named as silent), fail on every rank."""
+    than `timeout` is named before anything else (rank 0 by a rank on its
+    host), and a host whose every rank is silent as that host. When no rank
+    computes and workers have waited past `timeout`, the one not answering
+    is the server, or (collective algorithms) nobody: every rank waits in
+    MPI. With `abort`, the reporting rank ends the job (exit 3), and a rank
+    that has heard nothing from rank 0 for 1.5 `timeout`, the job not ended
+    by then, is cut off and ends itself. `hosts`: each rank's host (default:
+    asked). No thread runs when timeout is None (or 0) or the job has one
+    rank. Collective: a bad timeout or period on any rank, or timeouts that
+    differ (a rank without a thread would be named as silent), fail on
+    every rank."""
 
-    def __init__(self, comm, timeout, abort=False, period=1.0):
+    def __init__(self, comm, timeout, abort=False, period=1.0, hosts=None):
         error = None
         try:
             timeout = _seconds("timeout", timeout, off=True)
@@ -70,6 +86,12 @@ class Watchdog:
             return
         self.comm = comm.Dup()
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        self.hosts = hosts if hosts is not None else mpi.host_names(self.comm)
+        self.names = Names(self.hosts)
+        # rank 0's silence is reported by a rank on its host where there is
+        # one: no link between them can make rank 0 look silent
+        self.deputy = next((r for r in range(1, self.size) if self.hosts[r] == self.hosts[0]), 1)
+        self.count = 0
         self.period = min(period, timeout / 4)
         self.started = time.time()
         self.stopping = threading.Event()
@@ -104,8 +126,8 @@ class Watchdog:
 
     def _status(self):
         phase, epoch, sync_no, since = self.phase, self.epoch, self.sync_no, self.since
-        return np.array([phase, epoch, sync_no, int(1000 * (time.time() - since)), self.rank],
-                        dtype=np.int64)
+        return np.array([phase, epoch, sync_no, int(1000 * (time.time() - since)), self.rank,
+                         self.count], dtype=np.int64)
 
     def _loop(self):
         if self.rank == 0:
@@ -113,44 +135,55 @@ class Watchdog:
         else:
             self._beat()
 
-    # ranks 1..: send heartbeats; rank 1 also watches rank 0's -----------------------
+    # ranks 1..: send heartbeats, hear rank 0's -----------------------------------------
     def _beat(self):
-        deputy = self.rank == DEPUTY
-        if deputy:
-            landing = np.zeros(_STATUS, dtype=np.int64)
-            last = np.full(_STATUS, -1, dtype=np.int64)
-            heard = time.time()
-            request = self.comm.Irecv(landing, source=0, tag=_TAG)
+        landing = np.zeros(_STATUS, dtype=np.int64)
+        last = np.full(_STATUS, -1, dtype=np.int64)
+        heard = time.time()
+        request = self.comm.Irecv(landing, source=0, tag=_TAG)
+        sending = Sender(self.comm)
         while True:
             stopping = self.stopping.wait(self.period)
+            while request != MPI.REQUEST_NULL and request.Test():
+                last[:], heard, self.count = landing, time.time(), landing[5]
+                request = MPI.REQUEST_NULL if landing[0] == DONE else \
+                    self.comm.Irecv(landing, source=0, tag=_TAG)
             status = self._status()
             if stopping:
                 status[0] = DONE
-            self.comm.Send(status, dest=0, tag=_TAG)
-            if deputy:
-                while request != MPI.REQUEST_NULL and request.Test():
-                    last[:], heard = landing, time.time()
+            sending.send(status, 0)
+            if stopping:
+                sending.finish()
+                while request != MPI.REQUEST_NULL:   # rank 0's goodbye
+                    request.Wait()
                     request = MPI.REQUEST_NULL if landing[0] == DONE else \
                         self.comm.Irecv(landing, source=0, tag=_TAG)
-                if stopping:
-                    while request != MPI.REQUEST_NULL:   # rank 0's goodbye
-                        request.Wait()
-                        request = MPI.REQUEST_NULL if landing[0] == DONE else \
-                            self.comm.Irecv(landing, source=0, tag=_TAG)
-                elif request != MPI.REQUEST_NULL:
-                    self._watch_rank0(last, heard)
-            if stopping:
                 return
+            if request != MPI.REQUEST_NULL:
+                self._hear_rank0(last, heard)
 
-    def _watch_rank0(self, last, heard):
+    def _hear_rank0(self, last, heard):
         age = time.time() - heard
         if age <= self.timeout:
             return
-        self._say(("psgd: stall: rank 0 silent for %.1fs (no heartbeat: frozen or dead?), "
-                   "last heard %s; noticed by rank %d" % (
-                       age, _doing(last, last[3] / 1000.0), self.rank)), ("silent", 0, heard))
+        if self.rank == self.deputy:
+            across = self.hosts[self.rank] != self.hosts[0]
+            self._say(("psgd: stall: %s silent for %.1fs (no heartbeat: %s), "
+                       "last heard %s; noticed by %s" % (
+                           self.names.rank(0), age, "frozen or dead, or the link between "
+                           "%s and %s slow or cut?" % (self.hosts[0], self.hosts[self.rank])
+                           if across else "frozen or dead?", doing(last, last[3] / 1000.0),
+                           self.names.rank(self.rank))), ("silent", 0, heard))
+        elif self.abort and age > CUT_OFF * self.timeout:
+            # rank 0 would have ended the job by now, unless this rank cannot
+            # hear it: nor could MPI_Abort reach the launcher from here
+            sys.stderr.write("psgd: stall: %s has heard nothing from %s for %.1fs: cut off "
+                             "from the job; --stall-abort ends this rank\n" % (
+                                 self.names.rank(self.rank), self.names.rank(0), age))
+            sys.stderr.flush()
+            os._exit(3)
 
-    # rank 0: collect, report, and beat for the deputy ----------------------------------
+    # rank 0: collect, report, and beat for every rank -----------------------------------
     def _collect(self):
         table = np.full((self.size, _STATUS), -1, dtype=np.int64)
         seen_at = np.zeros(self.size)
@@ -159,6 +192,8 @@ class Watchdog:
         landing = np.zeros((self.size, _STATUS), dtype=np.int64)
         requests = [MPI.REQUEST_NULL] + [self.comm.Irecv(landing[r], source=r, tag=_TAG)
                                          for r in range(1, self.size)]
+        sending = Sender(self.comm)
+        slow_said = set()
         last_round = time.time()
         while True:
             stopping = self.stopping.wait(self.period)
@@ -166,6 +201,7 @@ class Watchdog:
             # This process itself was stopped: the ages below are its own
             # silence, which the deputy has reported.
             was_frozen, last_round = now - last_round > self.timeout, now
+            self.count += 1
             table[0], seen_at[0] = self._status(), now
             while True:
                 done = MPI.Request.Testsome(requests)
@@ -178,14 +214,31 @@ class Watchdog:
             if all(q == MPI.REQUEST_NULL for q in requests):
                 break          # every other rank said goodbye
             if not stopping:
-                self.comm.Send(table[0], dest=DEPUTY, tag=_TAG)
+                for r in range(1, self.size):
+                    sending.send(table[0], r)
                 if not was_frozen:
                     line = stall_report(table, seen_at, time.time(), self.timeout,
-                                        time.time() - self.started)
+                                        time.time() - self.started, self.hosts, self.period)
                     self._say(*(line or (None, None)))
+                    self._slow_links(self.count - table[:, 5], seen_at, slow_said)
+
         goodbye = self._status()
         goodbye[0] = DONE
-        self.comm.Send(goodbye, dest=DEPUTY, tag=_TAG)
+        for r in range(1, self.size):
+            sending.send(goodbye, r, wait=True)
+        sending.finish()
+
+    def _slow_links(self, behind, seen_at, said):
+        """Name a host whose ranks hear rank 0 more than half the timeout
+        behind while the other hosts' keep up (once per host): a report, not
+        the end of the job."""
+        line = slow_link(self.names, behind * self.period, self.timeout / 2, self.period,
+                         heard=time.time() - seen_at < 1.25 * self.period)
+        which = line.split(" (")[0]        # the hosts named, not how far behind
+        if line and which not in said:
+            said.add(which)
+            sys.stderr.write("psgd: stall: %s\n" % line)
+            sys.stderr.flush()
 
     def _say(self, line, key):
         if key == self.reported:
@@ -198,11 +251,15 @@ class Watchdog:
             sys.stderr.write("psgd: stall: --stall-abort ends the job\n")
         sys.stderr.flush()
         if self.abort:
+            # MPI_Abort needs the launcher; across a cut link it never returns,
+            # holding the GIL: the kernel's alarm (SIGALRM's default action)
+            # ends the process then
+            signal.alarm(ABORT_GRACE_S)
             self.comm.Abort(3)
 
     def close(self):
         """Collective in effect: every rank's thread says goodbye to rank 0's
-        (and rank 0's to rank 1's)."""
+        and rank 0's to every rank's."""
         if self.thread is not None:
             self.stopping.set()
             self.thread.join()
@@ -211,68 +268,23 @@ class Watchdog:
             self.thread = None
 
 
-def stall_report(table, seen_at, now, timeout, running):
-    """(line, key) naming the ranks that hold the job up, or None. `table`:
-    each rank's last status (phase -1: none yet), `seen_at` when it came,
-    `running`: seconds the watchdog has run."""
-    size = len(table)
-    phase = table[:, 0]
-    age = now - seen_at
-    elapsed = table[:, 3] / 1000.0 + age
-    silent = [r for r in range(1, size) if phase[r] >= 0 and phase[r] != DONE
-              and age[r] > timeout]
-    if silent:
-        others = [_describe(r, table[r], elapsed[r]) for r in range(size)
-                  if r not in silent and phase[r] != DONE]
-        line = "psgd: stall: silent for more than %gs (no heartbeat: frozen or dead?): %s%s" % (
-            timeout, ", ".join("rank %d (last heard %.1fs ago: %s)" % (
-                r, age[r], _doing(table[r], elapsed[r] - age[r]))
-                for r in silent), "; others: " + ", ".join(others) if others else "")
-        return line, ("silent",) + tuple(silent)
-    waiting = [r for r in range(size) if phase[r] in WAITING]
-    if not waiting:
-        return None
-    late = [r for r in range(size) if (phase[r] == COMPUTING and elapsed[r] > timeout)
-            or (phase[r] < 0 and running > timeout)]
-    stuck = [r for r in waiting if phase[r] == SYNCING and elapsed[r] > timeout]
-    serving = [r for r in range(size) if phase[r] == SERVING]   # ranks 0..S-1 under --servers S
-    if not late and stuck and all(phase[r] in WAITING for r in range(size)):
-        if serving:
-            # Every worker waits and the servers have been asked: one of them is it.
-            late = serving
-            for r in serving:
-                waiting.remove(r)
-        elif all(elapsed[r] > timeout for r in range(size)):
-            line = "psgd: stall: every rank has waited for more than %gs (stuck in MPI?): %s" % (
-                timeout, ", ".join(_describe(r, table[r], elapsed[r]) for r in range(size)))
-            return line, ("all",) + tuple(int(table[r, 2]) for r in stuck)
-    if not late:
-        return None
-    if late and late == serving:
-        what = ["rank %d (%s server, epoch %d: no answer for %.1fs)" % (
-            r, "the" if late == [0] else "a", table[r, 1] + 1, max(elapsed[w] for w in stuck))
-            for r in late]
-    else:
-        what = [_describe(r, table[r], elapsed[r]) for r in late]
-    line = "psgd: stall: not arrived after %gs: %s; waiting: %s" % (
-        timeout, ", ".join(what), ", ".join(_describe(r, table[r], elapsed[r]) for r in waiting))
-    return line, tuple((r, int(table[r, 0]), int(table[r, 1]), int(table[r, 2])) for r in late)
+class Sender:
+    """Heartbeats that never block the watchdog: one in flight per peer (a
+    peer across a cut link would otherwise stall the sender), each from a
+    buffer of its own."""
 
+    def __init__(self, comm):
+        self.comm, self.pending = comm, {}
 
-def _describe(r, status, elapsed):
-    return "rank %d (%s)" % (r, _doing(status, elapsed))
+    def send(self, status, dest, wait=False):
+        request, _ = self.pending.get(dest, (MPI.REQUEST_NULL, None))
+        if wait:
+            request.Wait()
+        elif not request.Test():
+            return            # the last one has not left yet: skip this beat
+        data = status.copy()
+        self.pending[dest] = (self.comm.Isend(data, dest=dest, tag=_TAG), data)
 
-
-def _doing(status, elapsed):
-    phase, epoch, sync_no = int(status[0]), int(status[1]) + 1, int(status[2])
-    if phase < 0:
-        return "never reported"
-    if phase == COMPUTING:
-        return "computing for %.1fs in epoch %d, after sync %d" % (elapsed, epoch, sync_no)
-    if phase == SYNCING:
-        return "in sync %d of epoch %d for %.1fs" % (sync_no + 1, epoch, elapsed)
-    if phase == SERVING:
-        return "the server, serving epoch %d" % epoch
-    if phase == EPOCH_END:
-        return "at the end of epoch %d for %.1fs" % (epoch, elapsed)
-    return "finished"
+    def finish(self):
+        MPI.Request.Waitall([request for request, _ in self.pending.values()])
+        self.pending.clear()

@@ -1,0 +1,194 @@
+"""Every algorithm through the CLI on two namespace hosts with two ranks
+each (bin/psgd-local-cluster): the server on h0, and --servers 2 with one
+server per host; psgd.torch; checkpoints and --resume across hosts; the
+suite's own replay oracles and the pipelined sum (psgd pipelines because the
+ranks span hosts) against the serial results."""
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from cluster_util import TOOL, json_lines
+
+pytestmark = pytest.mark.timeout(240)
+
+QUICK = ["--model", "mlp", "--hidden", "128", "--epochs", "10"]
+ALGORITHMS = ["bsp", "bmuf", "sod", "syncgrad", "easgd", "asgd", "masgd"]
+SERVER_BASED = ("easgd", "asgd", "masgd")
+
+
+def hosts_line(stderr):
+    found = re.findall(r"on 2 hosts: (h\d) \(ranks ([\d, ]+)\), (h\d) \(ranks ([\d, ]+)\)", stderr)
+    assert found, stderr[-3000:]
+    return {h: [int(r) for r in rs.split(", ")] for h, rs in zip(found[0][::2], found[0][1::2])}
+
+
+def final_accuracy(metrics):
+    return json_lines(metrics)[-1]["test_accuracy"]
+
+
+@pytest.mark.parametrize("algo", ALGORITHMS)
+def test_every_algorithm_trains_across_two_hosts(cluster, workdir, algo):
+    sent_before = cluster.counters()
+    r = cluster.mpirun(2, 4, ["-m", "psgd.worker", "--algo", algo, *QUICK,
+                              "--metrics", str(workdir / "m.jsonl")], cwd=str(workdir))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert hosts_line(r.stdout + r.stderr) == {"h0": [0, 1], "h1": [2, 3]}
+    # rank 0 (the server of a server algorithm) is on h0
+    assert final_accuracy(workdir / "m.jsonl") > 0.3
+    sent = {h: cluster.counters()[h][0] - sent_before[h][0] for h in ("h0", "h1")}
+    # each sync of h1's ranks crosses h1's link, and there are dozens of them
+    params = int(re.search(r"mlp: (\d+) params", r.stdout + r.stderr).group(1))
+    assert sent["h1"] > 10 * 4 * params, sent
+
+
+@pytest.mark.parametrize("algo", SERVER_BASED)
+def test_two_servers_one_on_each_host(cluster, workdir, algo):
+    r = cluster.mpirun(2, 4, ["-m", "psgd.worker", "--algo", algo, "--servers", "2", *QUICK,
+                              "--metrics", str(workdir / "m.jsonl")], order="round",
+                       cwd=str(workdir))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    # servers 0 and 1 on h0 and h1, a worker on each host
+    assert hosts_line(r.stdout + r.stderr) == {"h0": [0, 2], "h1": [1, 3]}
+    assert final_accuracy(workdir / "m.jsonl") > 0.3
+
+
+def model_arrays(path):
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files if k != "__header__"}
+
+
+@pytest.mark.parametrize("algo", ["bmuf", "easgd"])
+def test_resume_across_hosts_gives_the_uninterrupted_model(cluster, workdir, algo):
+    """Checkpoints on the shared filesystem (each rank writes its own file
+    from its own host); a run stopped after epoch 2 and resumed to epoch 3
+    ends where one run of 3 epochs does."""
+    base = ["-m", "psgd.worker", "--algo", algo, "--model", "mlp", "--hidden", "64",
+            "--num-samples", "2000", "--checkpoint-dir", "ck"]
+    whole = workdir / "whole"
+    parts = workdir / "parts"
+    whole.mkdir()
+    parts.mkdir()
+    r = cluster.mpirun(2, 4, base + ["--epochs", "3", "--out", "final.npz"], cwd=str(whole))
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = cluster.mpirun(2, 4, base + ["--epochs", "2"], cwd=str(parts))
+    assert r.returncode == 0, r.stderr[-3000:]
+    # each of the four ranks wrote its own file, two of them from h1
+    assert sorted(os.listdir(parts / "ck" / "epoch-0001")) == [
+        "rank-%05d.npz" % k for k in range(4)]
+    r = cluster.mpirun(2, 4, base + ["--epochs", "3", "--resume", "--out", "final.npz"],
+                       cwd=str(parts))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "resum" in (r.stdout + r.stderr).lower()
+    a, b = model_arrays(whole / "final.npz"), model_arrays(parts / "final.npz")
+    assert a.keys() == b.keys()
+    if algo in SERVER_BASED:
+        # the server's order of service depends on timing: close, not equal
+        for k in a:
+            assert np.abs(a[k] - b[k]).max() < 1.0, k
+    else:
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+@pytest.mark.one_mpi
+def test_the_replay_oracles_hold_across_hosts(cluster):
+    """The suite's serial replays of the collective algorithms, with two of
+    the four ranks on the other side of a 1 Gb/s link."""
+    r = cluster.mpirun(2, 4, ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--with-mpi",
+                              "tests/mpi/algorithms/test_collective.py"], timeout=220)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout and " failed" not in r.stdout, r.stdout[-2000:]
+
+
+PIPELINED = """
+import numpy as np
+from mpi4py import MPI
+import psgd
+from psgd import mpi, pipeline
+
+calls = []
+original = pipeline.pipelined_allreduce
+def counting(exchange, before, after):
+    calls.append(exchange.buffer.size)
+    return original(exchange, before, after)
+pipeline.pipelined_allreduce = counting
+
+comm = MPI.COMM_WORLD
+rank, size = comm.Get_rank(), comm.Get_size()
+n = 3 * pipeline.DEFAULT_PIPELINE_CHUNK + 1234           # four chunks
+# integer-valued floats: every order of the sum gives the same bits
+w = np.arange(n, dtype=np.float32) % 97 + rank
+sync = psgd.create("bsp", [np.zeros(n, np.float32)], weighting="uniform")
+assert mpi.spans_hosts(comm)
+sync.params[0][:] = w               # what each rank trained (create gave it rank 0's)
+sync.synchronize(1)
+expected = np.empty_like(w)
+comm.Allreduce(w, expected)
+expected /= size
+assert calls == [n], calls
+assert np.array_equal(sync.params[0], expected), np.abs(sync.params[0] - expected).max()
+sync.close()
+if rank == 0:
+    print("PIPELINED-OK", calls)
+"""
+
+
+def test_ranks_on_two_hosts_pipeline_the_sum_and_get_one_calls_bits(cluster):
+    r = cluster.mpirun(2, 4, ["-c", PIPELINED])
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert "PIPELINED-OK" in r.stdout
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.one_mpi
+def test_psgd_torch_across_two_hosts(cluster, workdir):
+    pytest.importorskip("torch")
+    r = cluster.mpirun(2, 4, [os.path.join("examples", "torch_mnist1d.py"), "--algo", "bmuf",
+                              "--epochs", "2"])
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert "accuracy" in r.stdout.lower(), r.stdout[-2000:]
+
+
+@pytest.mark.one_mpi
+def test_the_readme_command_as_a_new_user_types_it(cluster, workdir):
+    """`psgd-local-cluster mpirun -hosts h0:2,h1:2 -n 4 python -m psgd.worker
+    --algo bmuf` with no virtualenv on PATH: the launcher and `python` are
+    the repository's .venv's (the one beside this interpreter)."""
+    env = cluster.job_env()
+    env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
+    env.pop("MPIEXEC")
+    r = subprocess.run([sys.executable, TOOL, "mpirun", "-hosts", "h0:2,h1:2", "-n", "4",
+                        "python", "-m", "psgd.worker", "--algo", "bmuf", "--epochs", "1"],
+                       capture_output=True, text=True, env=env, cwd=str(workdir), timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "on 2 hosts: h0 (ranks 0, 1), h1 (ranks 2, 3)" in r.stdout + r.stderr
+
+
+TORCHRUN_JOB = """
+import os, socket, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(4) * (dist.get_rank() + 1)
+dist.all_reduce(t)
+os.write(1, ("RANK %d %d %s %d\\n" % (dist.get_rank(), dist.get_world_size(),
+                                      socket.gethostname(), int(t[0]))).encode())
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.one_mpi
+def test_torchrun_on_every_host(cluster, workdir):
+    """psgd-local-cluster torchrun: one torchrun per host, rendezvous at h0,
+    gloo over each host's eth0 (the peer psgd.torch is measured against)."""
+    pytest.importorskip("torch")
+    (workdir / "job.py").write_text(TORCHRUN_JOB)
+    r = subprocess.run([sys.executable, TOOL, "torchrun", "--nproc-per-node", "2",
+                        str(workdir / "job.py")], capture_output=True, text=True,
+                       env=cluster.job_env(), cwd=str(workdir), timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    ranks = sorted(line.split()[1:] for line in r.stdout.splitlines() if line.startswith("RANK"))
+    assert ranks == [["0", "4", "h0", "10"], ["1", "4", "h0", "10"],
+                     ["2", "4", "h1", "10"], ["3", "4", "h1", "10"]], r.stdout
