@@ -25,21 +25,24 @@ class Names:
         return {h: rs for h, rs in everyone.items() if set(rs) <= set(silent)}
 
 
-def stall_report(table, seen_at, now, timeout, running, hosts=None, beat=0.0):
+def stall_report(table, seen_at, now, timeout, hosts=None, beat=0.0):
     """(line, key) naming the ranks that hold the job up, or None. `table`:
-    each rank's last status (phase -1: none yet), `seen_at` when it came,
-    `running`: seconds the watchdog has run, `hosts`: each rank's host,
-    `beat`: the heartbeat period."""
+    each rank's last status (phase -1: none yet), `seen_at` when it came
+    (for a rank never heard from: when the watchdog started), `hosts`: each
+    rank's host, `beat`: the heartbeat period."""
     names = Names(hosts)
     size = len(table)
     phase = table[:, 0]
     age = now - seen_at
     elapsed = table[:, 3] / 1000.0 + age
-    silent = [r for r in range(1, size) if phase[r] >= 0 and phase[r] != DONE
-              and age[r] > timeout]
+    # Every rank's thread starts with the watchdog (it is made collectively)
+    # and beats within a period: one never heard from for longer than the
+    # timeout is silent, like one whose last beat is that old (a host cut
+    # off before its first heartbeat crossed the link is still a lost host).
+    silent = [r for r in range(1, size) if phase[r] != DONE and age[r] > timeout]
     # A host cut off goes silent over one heartbeat period, its ranks one by
     # one: the report waits up to two periods for the rest of it.
-    going = [r for r in range(1, size) if phase[r] >= 0 and phase[r] != DONE
+    going = [r for r in range(1, size) if phase[r] != DONE
              and timeout - 2 * beat < age[r] <= timeout]
     if silent and going and names.hosts is not None and \
             max(age[silent]) <= timeout + 2 * beat and \
@@ -53,8 +56,8 @@ def stall_report(table, seen_at, now, timeout, running, hosts=None, beat=0.0):
     # a rank whose heartbeats are overdue may be gone: what it last said it
     # was doing is stale, and silence (above) will name it
     overdue = [r for r in range(1, size) if beat and age[r] > 2 * beat and phase[r] >= 0]
-    late = [r for r in range(size) if r not in overdue and (
-        (phase[r] == COMPUTING and elapsed[r] > timeout) or (phase[r] < 0 and running > timeout))]
+    late = [r for r in range(size) if r not in overdue and phase[r] == COMPUTING
+            and elapsed[r] > timeout]
     stuck = [r for r in waiting if phase[r] == SYNCING and elapsed[r] > timeout]
     serving = [r for r in range(size) if phase[r] == SERVING]   # ranks 0..S-1 under --servers S
     if not late and stuck and all(phase[r] in WAITING for r in range(size)):
@@ -84,8 +87,10 @@ def stall_report(table, seen_at, now, timeout, running, hosts=None, beat=0.0):
 def _silent(names, table, age, elapsed, silent, timeout):
     others = [describe(names, r, table[r], elapsed[r]) for r in range(len(table))
               if r not in silent and table[r, 0] != DONE]
-    heard = ", ".join("%s (last heard %.1fs ago: %s)" % (
-        names.rank(r), age[r], doing(table[r], elapsed[r] - age[r])) for r in silent)
+    heard = ", ".join("%s (never heard from in %.1fs)" % (names.rank(r), age[r])
+                      if table[r, 0] < 0 else "%s (last heard %.1fs ago: %s)" % (
+                          names.rank(r), age[r], doing(table[r], elapsed[r] - age[r]))
+                      for r in silent)
     lost = names.lost_hosts(silent)
     if lost:
         # every rank of a host at once: the host, not a process. Heartbeats

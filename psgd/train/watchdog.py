@@ -186,7 +186,7 @@ class Watchdog:
     # rank 0: collect, report, and beat for every rank -----------------------------------
     def _collect(self):
         table = np.full((self.size, _STATUS), -1, dtype=np.int64)
-        seen_at = np.zeros(self.size)
+        seen_at = np.full(self.size, self.started)
         # One receive posted per rank, drained with Testsome: MPICH's Iprobe
         # let one message through per call and the table fell behind.
         landing = np.zeros((self.size, _STATUS), dtype=np.int64)
@@ -218,7 +218,7 @@ class Watchdog:
                     sending.send(table[0], r)
                 if not was_frozen:
                     line = stall_report(table, seen_at, time.time(), self.timeout,
-                                        time.time() - self.started, self.hosts, self.period)
+                                        self.hosts, self.period)
                     self._say(*(line or (None, None)))
                     self._slow_links(self.count - table[:, 5], seen_at, slow_said)
 

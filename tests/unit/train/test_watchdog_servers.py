@@ -11,7 +11,7 @@ def table(phases, ms=5000):
 
 def report(phases):
     t = table(phases)
-    return stall_report(t, np.full(len(t), 100.0), 100.0, 2.0, 10.0)
+    return stall_report(t, np.full(len(t), 100.0), 100.0, 2.0)
 
 
 def test_one_server_is_named_as_before():
