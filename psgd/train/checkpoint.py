@@ -2,7 +2,10 @@
 algorithm state differ under the async algorithms) into one folder per
 epoch; rank 0 then points LATEST at the folder, and only once every rank's
 file is on disk. A job killed at any moment leaves LATEST on the last
-complete checkpoint, so --resume never sees a torn one."""
+complete checkpoint, so --resume never sees a torn one. Without LATEST
+(deleted, or folders copied without it), --resume takes the newest folder
+whose file loads on every rank, and refuses when folders exist but none is
+complete: a fresh start would prune and overwrite them."""
 import json
 import os
 import shutil
@@ -10,6 +13,7 @@ import shutil
 import numpy as np
 from mpi4py import MPI
 
+from .. import agreement
 from ..errors import UsageError
 from . import model_io
 from .outputs import atomic_write
@@ -54,16 +58,12 @@ class Checkpointer:
                      lambda f: json.dump({"folder": name, "size": self.size}, f), binary=False)
 
     def _prune(self, epoch):
-        for name in os.listdir(self.directory):
-            if name.startswith("epoch-"):
-                try:
-                    old = int(name[6:])
-                except ValueError:
-                    continue
-                if old <= epoch - KEEP:
-                    shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
+        for old, folder in self.epoch_folders().items():
+            if old <= epoch - KEEP:
+                shutil.rmtree(folder, ignore_errors=True)
 
     def latest_folder(self):
+        """The folder LATEST names, or None without LATEST (rank-local)."""
         path = os.path.join(self.directory, LATEST)
         if not os.path.exists(path):
             return None
@@ -73,25 +73,132 @@ class Checkpointer:
         except (OSError, ValueError):
             raise UsageError("%s: unreadable checkpoint pointer" % path) from None
         name = info.get("folder") if isinstance(info, dict) else None
+        size = info.get("size") if isinstance(info, dict) else None
         # Only a folder beside LATEST: the pointer is a file a user may hand us.
-        if not isinstance(name, str) or not name.startswith("epoch-") \
-                or os.path.basename(name) != name:
-            raise UsageError("%s: not a psgd checkpoint pointer" % path)
-        if info.get("size") != self.size:
-            raise UsageError("checkpoint in %s was written by %s ranks, this job has %d" % (
-                self.directory, info.get("size"), self.size))
+        if not isinstance(name, str) or _epoch_of(name) is None \
+                or os.path.basename(name) != name \
+                or not isinstance(size, int) or isinstance(size, bool):
+            raise UsageError("%s: not a psgd checkpoint pointer (it must be {\"folder\": "
+                             "\"epoch-NNNN\", \"size\": RANKS})" % path)
+        if size != self.size:
+            raise UsageError("checkpoint in %s was written by %d ranks, this job has %d" % (
+                self.directory, size, self.size))
         folder = os.path.join(self.directory, name)
         if not os.path.isdir(folder):
             raise UsageError("%s points at %s, which is missing: restore it, or remove %s "
                              "to start afresh" % (path, folder, path))
         return folder
 
-    def load(self):
-        """(arrays, header) of this rank's latest checkpoint, or None."""
-        folder = self.latest_folder()
+    def epoch_folders(self):
+        """{epoch: folder} of the epoch-NNNN folders in the directory (rank-local)."""
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return {}
+        return {_epoch_of(n): os.path.join(self.directory, n) for n in names
+                if _epoch_of(n) is not None and os.path.isdir(os.path.join(self.directory, n))}
+
+    def load_from(self, folder):
+        """(arrays, header) of this rank's file in `folder`, which must be
+        this rank's of that epoch in a job of this size (a file copied in
+        from another epoch or job would start the ranks apart)."""
+        path = _rank_file(folder, self.rank)
+        arrays, header = model_io.load(path)
+        epoch = _epoch_of(os.path.basename(folder))
+        saved = (header.get("epoch"), header.get("rank"), header.get("size"))
+        if saved != (epoch, self.rank, self.size):
+            raise UsageError("%s is not rank %d's checkpoint of epoch %d in a job of %d ranks "
+                             "(it says: epoch %s, rank %s of %s)" % (
+                                 path, self.rank, epoch + 1, self.size,
+                                 "?" if saved[0] is None else saved[0] + 1, saved[1], saved[2]))
+        return arrays, header
+
+    def refuse_to_overwrite(self):
+        """Collective, for a run without --resume: a directory holding
+        checkpoints is refused, since this run would prune them and
+        overwrite LATEST."""
+        error = None
+        names = sorted(os.path.basename(f) for f in self.epoch_folders().values())
+        if names or os.path.exists(os.path.join(self.directory, LATEST)):
+            error = UsageError("--checkpoint-dir %s holds checkpoints (%s): add --resume to "
+                               "continue from them, or give another folder" % (
+                                   self.directory, ", ".join(names) or LATEST))
+        agreement.agree(self.comm, error)
+
+    def find(self):
+        """Collective: (folder, this rank's (arrays, header)) to resume from,
+        the same folder on every rank, or None when the directory holds no
+        checkpoint; a problem on any rank is a UsageError on every rank."""
+        error, folder = None, None
+        try:
+            folder = self.latest_folder()
+        except UsageError as exc:
+            error = exc
+        agreement.agree(self.comm, error)
+        pointed = _count(self.comm, folder is not None)
+        if 0 < pointed < self.size:
+            raise UsageError("%s/%s is seen by %d of %d ranks: --checkpoint-dir must be one "
+                             "folder that every rank sees" % (self.directory, LATEST, pointed,
+                                                              self.size))
         if folder is None:
+            return self._newest_complete()
+        agreement.check_same(self.comm, {"folder": os.path.basename(folder)},
+                             "%s/%s" % (self.directory, LATEST))
+        error, state = None, None
+        try:
+            state = self.load_from(folder)
+        except UsageError as exc:
+            error = exc
+        agreement.agree(self.comm, error)
+        return folder, state
+
+    def _newest_complete(self):
+        """Without LATEST: the newest epoch whose file loads on every rank."""
+        folders = self.epoch_folders()
+        if _count(self.comm, bool(folders)) == 0:
             return None
-        return model_io.load(_rank_file(folder, self.rank))
+        checked, bound = {}, np.iinfo(np.int64).max
+        while True:
+            mine = max((e for e in folders if e <= bound and self._loads(folders[e], checked)),
+                       default=-1)
+            epoch = np.array([mine], dtype=np.int64)
+            self.comm.Allreduce(MPI.IN_PLACE, [epoch, MPI.INT64_T], op=MPI.MIN)
+            epoch = int(epoch[0])
+            if epoch < 0:
+                # the same line on every rank: rank 0's list of folders
+                agreement.agree(self.comm, UsageError(
+                    "--resume: %s has no %s and no checkpoint that every rank's file completes "
+                    "(found %s): restore %s, or give another --checkpoint-dir to start afresh "
+                    "(a fresh start here would overwrite them)" % (
+                        self.directory, LATEST, ", ".join(os.path.basename(folders[e])
+                                                          for e in sorted(folders)) or "none",
+                        LATEST)))
+            if _count(self.comm, epoch in folders and self._loads(folders[epoch], checked)) \
+                    == self.size:
+                return folders[epoch], checked[folders[epoch]]
+            bound = epoch - 1
+
+    def _loads(self, folder, checked):
+        if folder not in checked:
+            try:
+                checked[folder] = self.load_from(folder)
+            except UsageError:
+                checked[folder] = None
+        return checked[folder] is not None
+
+
+def _epoch_of(name):
+    """N of a folder named epoch-N, or None."""
+    if not name.startswith("epoch-") or not name[6:].isdigit():
+        return None
+    return int(name[6:])
+
+
+def _count(comm, flag):
+    """Collective: on how many ranks `flag` holds."""
+    n = np.array([int(bool(flag))], dtype=np.int64)
+    comm.Allreduce(MPI.IN_PLACE, [n, MPI.INT64_T], op=MPI.SUM)
+    return int(n[0])
 
 
 def _remove_leftovers(folder):

@@ -36,6 +36,15 @@ def _same(a, b):
     return a == b
 
 
+def flags(args):
+    """{--flag: value} of every option, for comparing them across ranks."""
+    def plain(v):
+        return v is None or isinstance(v, (bool, int, float, str)) or (
+            isinstance(v, (list, tuple)) and all(plain(x) for x in v))
+    return {_flag(k): (list(v) if isinstance(v, tuple) else v)
+            for k, v in sorted(vars(args).items()) if plain(v)}
+
+
 def check_init(args, path, saved_sizes, saved_name):
     """--init fixes the model: a model flag given with another value than
     the file's is an error (it used to be ignored)."""

@@ -49,10 +49,18 @@ def read_model(path, xp=np, seed=0):
         net = kaldi.network_of(layers, xp=xp, seed=seed, name=path)
         return net, _nnet1_header(layers, net), {}
     arrays, header = model_io.load(path)
+    if "rank" in header and "epoch" in header:
+        raise UsageError("%s is a checkpoint file (rank %s's of epoch %s), not a model: resume "
+                         "it with --checkpoint-dir and --resume, or give a model written with "
+                         "--out" % (path, header["rank"], header["epoch"] + 1
+                                    if isinstance(header["epoch"], int) else header["epoch"]))
     extras = {k: arrays.pop(k) for k in EXTRA_KEYS if k in arrays}
     model = header.get("model", {})
     net = network_from_header(model, xp, seed, path)
-    net.load_state_dict(arrays)
+    try:
+        net.load_state_dict(arrays)
+    except UsageError as exc:
+        raise UsageError("%s: %s" % (path, exc)) from None
     if TRANSFORM_KEY in extras:
         extras[TRANSFORM_KEY] = kaldi.FeatureTransform.parse(
             extras[TRANSFORM_KEY].tobytes(), "%s (its feature transform)" % path)

@@ -25,6 +25,11 @@ def _digest(arrays):
     return h.hexdigest()
 
 
+def _starts_with(path, magic):
+    with open(path, "rb") as f:
+        return f.read(len(magic)) == magic
+
+
 def save(path, arrays, header):
     """Write {name: array} and a JSON-able header to `path` atomically."""
     arrays = {k: np.asarray(v) for k, v in arrays.items()}
@@ -46,7 +51,9 @@ def load(path):
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
         text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if "pickle" in text or "Object arrays" in text:
-            text = "it holds pickled Python objects, which psgd never loads"
+            # NumPy calls any file that is neither .npy nor a zip archive pickled
+            text = "it holds pickled Python objects, which psgd never loads" \
+                if _starts_with(path, b"\x80") else "not an .npz archive"
         raise UsageError("%s: not a readable psgd model/checkpoint (%s)" % (path, text)) from None
     raw = arrays.pop(HEADER, None)
     if raw is None:

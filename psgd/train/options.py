@@ -197,6 +197,8 @@ def validate(args):
         raise UsageError("unknown model %r; valid: %s" % (args.model, ", ".join(MODELS)))
     if args.epochs < 0:
         raise UsageError("--epochs must be >= 0 (0 writes the initial model), got %d" % args.epochs)
+    if not 0 <= args.seed < 2 ** 32:
+        raise UsageError("--seed must be in [0, 2^32 - 1], got %d" % args.seed)
     for name in ("minibatch_size", "num_samples", "sync_period", "lr", "bptt",
                  "checkpoint_every", "stall_timeout"):
         _positive(name, getattr(args, name))

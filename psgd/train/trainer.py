@@ -2,6 +2,7 @@
 the chosen algorithm; rank 0 serves under a server algorithm. Epochs end
 together: the workers fold in their last block (stop), the held-out set is
 evaluated in shares on every rank, and rank 0 logs and writes the model."""
+import os
 import time
 
 import numpy as np
@@ -35,6 +36,10 @@ class Trainer(mpi.Closeable):
         self.args = args
         self.comm = (comm if comm is not None else MPI.COMM_WORLD).Dup()
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        # Ranks started with different flags (an MPMD launch, a wrapper that
+        # edits the command line per host) would train different data or
+        # epoch ranges and hang at the first collective that differs.
+        agreement.check_same(self.comm, consistency.flags(args), "a flag")
         self.parallel = self.parallelism(args, self.comm)
         self.main = self.rank == 0
         self.say = self.main and not args.quiet
@@ -114,6 +119,8 @@ class Trainer(mpi.Closeable):
             if args.checkpoint_dir else None
         if args.resume:
             self._resume()
+        elif self.checkpointer:
+            self.checkpointer.refuse_to_overwrite()
         self.metrics = outputs.open_metrics(self.comm, args.metrics if self.main else None,
                                             self.start_epoch)
         if self.say:
@@ -272,24 +279,27 @@ class Trainer(mpi.Closeable):
         self.checkpointer.save(epoch, arrays, header)
 
     def _load_checkpoint(self, check=None):
-        """Collective: (arrays, header) of this rank's latest checkpoint, or
-        None when some rank has none; `check(state)` may refuse it."""
-        error, state = None, None
-        try:
-            state = self.checkpointer.load()
-            if state is not None and check is not None:
-                check(state)
-            if state is not None:
-                consistency.reconcile_resume(self.args, state[0], state[1], self.say)
-        except UsageError as exc:
-            error = exc
-        agreement.agree(self.comm, error)
-        found = np.array([state is not None], dtype=np.int64)
-        self.comm.Allreduce(MPI.IN_PLACE, [found, MPI.INT64_T], op=MPI.MIN)
-        if not found[0]:
+        """Collective: (arrays, header) of this rank's checkpoint to resume
+        from, or None when the directory holds none; `check(state)` may
+        refuse it."""
+        found = self.checkpointer.find()
+        if found is None:
             if self.say:
                 kaldi_log("no checkpoint in %s: starting afresh" % self.args.checkpoint_dir)
             return None
+        folder, state = found
+        error = None
+        try:
+            if check is not None:
+                check(state)
+            consistency.reconcile_resume(self.args, state[0], state[1], self.say)
+        except UsageError as exc:
+            error = exc
+        agreement.agree(self.comm, error)
+        if self.say and self.checkpointer.latest_folder() is None:
+            kaldi_log("--resume: %s has no %s: resuming from %s, the newest checkpoint every "
+                      "rank's file completes" % (self.args.checkpoint_dir, ckpt.LATEST,
+                                                 os.path.basename(folder)), "setup")
         return state
 
     def _resume(self):
