@@ -70,7 +70,7 @@ def _read_fields(reader, layer, where, once=False):
         elif token in fields:
             layer.options[token] = reader.float("the value of %s" % token)
         else:
-            same_letter = [t for t in fields if t[:2] == token[:2]]
+            same_letter = list(fields) if once else [t for t in fields if t[:2] == token[:2]]
             reader.pos = start
             if same_letter:
                 reader.fail("%s: expected %s, found %s" % (where, same_letter[0], token[:40]))
