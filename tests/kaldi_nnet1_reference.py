@@ -24,15 +24,28 @@ def _unknown(s):
     raise KaldiError("Unknown token: " + s.read_token())
 
 
-def _read_affine(s, c):                            # nnet-affine-transform.h
-    c.update({"<LearnRateCoef>": 1.0, "<BiasLearnRateCoef>": 1.0, "<MaxNorm>": 0.0})
+def _by_first_letter(s, c, defaults):
+    """The `while ('<' == Peek) switch (PeekToken)` loop: each case's letter, then
+    ExpectToken of its one spelling; `defaults` are the constructor's values."""
+    c.update(defaults)
+    names = {token[1]: token for token in defaults}
     while s.peek() == "<":
         letter = s.peek_token()
-        names = {"L": "<LearnRateCoef>", "B": "<BiasLearnRateCoef>", "M": "<MaxNorm>"}
         if letter not in names:
             _unknown(s)
         s.expect_token(names[letter])
         c[names[letter]] = s.read_float()
+
+
+def _write_floats(o, c, tokens):
+    for token in tokens:
+        o.token(token)
+        o.float(c[token])
+
+
+def _read_affine(s, c):                            # nnet-affine-transform.h
+    _by_first_letter(s, c, {"<LearnRateCoef>": 1.0, "<BiasLearnRateCoef>": 1.0,
+                            "<MaxNorm>": 0.0})
     c["linearity"] = s.read_matrix()
     c["bias"] = s.read_vector()
     if c["linearity"].shape != (c["out"], c["in"]) or c["bias"].shape != (c["out"],):
@@ -40,23 +53,14 @@ def _read_affine(s, c):                            # nnet-affine-transform.h
 
 
 def _write_affine(o, c):
-    for token in ("<LearnRateCoef>", "<BiasLearnRateCoef>", "<MaxNorm>"):
-        o.token(token)
-        o.float(c[token])
+    _write_floats(o, c, ("<LearnRateCoef>", "<BiasLearnRateCoef>", "<MaxNorm>"))
     o.endl()
     o.matrix(c["linearity"])
     o.vector(c["bias"])
 
 
 def _read_prelu(s, c):                             # nnet-parametric-relu.h
-    c.update({"<AlphaLearnRateCoef>": 0.0, "<BetaLearnRateCoef>": 0.0})
-    while s.peek() == "<":
-        letter = s.peek_token()
-        names = {"A": "<AlphaLearnRateCoef>", "B": "<BetaLearnRateCoef>"}
-        if letter not in names:
-            _unknown(s)
-        s.expect_token(names[letter])
-        c[names[letter]] = s.read_float()
+    _by_first_letter(s, c, {"<AlphaLearnRateCoef>": 0.0, "<BetaLearnRateCoef>": 0.0})
     c["alpha"] = s.read_vector()
     c["beta"] = s.read_vector()
     if c["alpha"].shape != (c["out"],) or c["beta"].shape != (c["out"],):
@@ -64,9 +68,7 @@ def _read_prelu(s, c):                             # nnet-parametric-relu.h
 
 
 def _write_prelu(o, c):
-    for token in ("<AlphaLearnRateCoef>", "<BetaLearnRateCoef>"):
-        o.token(token)
-        o.float(c[token])
+    _write_floats(o, c, ("<AlphaLearnRateCoef>", "<BetaLearnRateCoef>"))
     o.endl()
     o.vector(c["alpha"])
     o.vector(c["beta"])

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import kaldi_nnet1_reference as ref
-from kaldi_corpus import write_corpus
+from kaldi_corpus import train_and_cv
 from launch_util import ROOT, psgd_train
 
 # what it checks (file bytes, numerics) does not depend on the MPI library
@@ -21,11 +21,8 @@ MLP = ["--model", "mlp", "--hidden", "16", "--splice", "2", "--minibatch-size", 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    folder = str(tmp_path_factory.mktemp("corpus"))
-    train = write_corpus(folder, num_utts=16, seed=0, prefix="train")
-    cv = write_corpus(folder, num_utts=6, seed=1, prefix="cv")
-    return ["--feats", "scp:" + train["feats.scp"], "--targets", "ark:" + train["ali.ark"],
-            "--cv-feats", "scp:" + cv["feats.scp"], "--cv-targets", "ark:" + cv["ali.ark"]], cv
+    flags, _, cv = train_and_cv(str(tmp_path_factory.mktemp("corpus")), 16, 6)
+    return flags, cv
 
 
 def read_ref(path):
