@@ -223,3 +223,30 @@ def test_psgd_mlp_as_nnet1_gives_the_same_posteriors_through_kaldis_reader(binar
     tol = 1e-6 if binary else 1e-5
     np.testing.assert_allclose(ref.forward(model, x), net.predict(x, batch_size=0),
                                atol=tol, rtol=0)
+
+
+def april_2016_model():
+    """Items as Kaldi wrote a model at commit 7de12d5d3 (2016-04-07): Nnet::Write
+    as now, Component::Write without the <!EndOfComponent> separator,
+    AffineTransform::WriteData without the line break before the matrix. (No
+    Dropout: with no separator after it, today's Dropout::ReadData stops at the
+    next marker, "Unknown token", so Kaldi itself cannot read such a file.)"""
+    items = [("token", "<Nnet>"), ENDL]
+    items += head("<AddShift>", 3, 3) + [("token", "<LearnRateCoef>"), ("float", 0.0),
+                                         ("vector", V3)]
+    items += head("<AffineTransform>", 2, 3) + [
+        ("token", "<LearnRateCoef>"), ("float", 1.0), ("token", "<BiasLearnRateCoef>"),
+        ("float", 1.0), ("token", "<MaxNorm>"), ("float", 0.0), ("matrix", W23),
+        ("vector", B2)]
+    items += head("<Sigmoid>", 2, 2)
+    items += head("<Softmax>", 2, 2)
+    return items + [("token", "</Nnet>"), ENDL]
+
+
+@pytest.mark.parametrize("binary", [True, False], ids=["binary", "text"])
+def test_a_2016_kaldi_model_is_rewritten_as_kaldi_writes_it_now(binary):
+    """What nnet-copy does to an old model: read it, write today's layout."""
+    data = encode(april_2016_model(), binary)
+    kaldi, _ = ref.read_nnet(data)
+    layers = parse_nnet(data, "old.nnet")
+    assert encode_nnet(layers, binary=binary) == ref.write_nnet(kaldi, binary=binary)
