@@ -28,3 +28,13 @@ def write_corpus(folder, num_utts=24, dim=5, num_classes=4, seed=0, prefix="trai
         for k, v in ali.items():
             f.write("%s %s\n" % (k, " ".join(map(str, v))))
     return p
+
+
+def train_and_cv(folder, num_train=24, num_cv=8):
+    """A training and a held-out corpus in `folder`: (the worker's --feats
+    --targets --cv-feats --cv-targets flags, the train paths, the cv paths)."""
+    train = write_corpus(folder, num_utts=num_train, seed=0, prefix="train")
+    cv = write_corpus(folder, num_utts=num_cv, seed=1, prefix="cv")
+    flags = ["--feats", "scp:" + train["feats.scp"], "--targets", "ark:" + train["ali.ark"],
+             "--cv-feats", "scp:" + cv["feats.scp"], "--cv-targets", "ark:" + cv["ali.ark"]]
+    return flags, train, cv

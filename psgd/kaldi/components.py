@@ -1,10 +1,12 @@
-"""The nnet1 component table: each component psgd reads and writes, with its
-fields in the order Kaldi's src/nnet writes them.
+"""The nnet1 component table: each component psgd reads and writes, read and
+written as its ReadData/WriteData in Kaldi's src/nnet does.
 
 A component on disk is its marker, the OUTPUT dimension, the input
 dimension, its own fields and data, then "<!EndOfComponent>" (written since
 2016; older files lack it, so reading accepts its absence). Markers match
-case-insensitively, as in Kaldi's Component::MarkerToType.
+case-insensitively, as in Kaldi's Component::MarkerToType. Scalar fields are
+read in any order, each told by its first letter; a field a file lacks takes
+the value Kaldi's constructor gives it (FIELDS).
 
 A `Layer` is one component as data (marker, dims, scalar options, arrays);
 convert.py maps Layers to and from psgd's nnet components.
@@ -32,29 +34,61 @@ class Layer:
         return int(sum(np.size(a) for a in self.arrays.values()))
 
 
-def _options(reader, layer, defaults, where):
-    """Scalar "<Token> value" fields in any order, as Kaldi's ReadData loops."""
-    layer.options.update(defaults)
+#: each component's scalar fields in the order its WriteData writes them, with the
+#: value its constructor gives (what a file without the field reads as)
+FIELDS = {
+    "<AffineTransform>": {"<LearnRateCoef>": 1.0, "<BiasLearnRateCoef>": 1.0,
+                          "<MaxNorm>": 0.0},
+    "<ParametricRelu>": {"<AlphaLearnRateCoef>": 0.0, "<BetaLearnRateCoef>": 0.0},
+    "<Dropout>": {"<DropoutRate>": 0.5},
+    "<AddShift>": {"<LearnRateCoef>": 1.0},
+    "<Rescale>": {"<LearnRateCoef>": 1.0},
+}
+#: fields read but never written: Dropout's 2014-2016 spelling (rate = 1 - value)
+RETENTION = "<DropoutRetention>"
+#: the ParametricRelu fields psgd wrote before it followed Kaldi (always 0, and
+#: alpha, beta after them as now): read and dropped so those models still load
+_OLD_PSGD_PRELU = ("<BiasLearnRateCoef>", "<LearnRateCoef>", "<ClipGradient>")
+
+
+def _read_fields(reader, layer, where, once=False):
+    """Scalar "<Token> value" fields as Kaldi's ReadData loops over them: in any
+    order, each told by its first letter after '<' (a token with a field's letter
+    but another spelling fails like Kaldi's ExpectToken); `once`: AddShift and
+    Rescale take one optional field, not a loop."""
+    fields = FIELDS[layer.marker]
+    layer.options.update(fields)
     while reader.peek() == "<":
+        if reader.peek_token() in "!/":
+            return      # <!EndOfComponent> or </Nnet>: the framing's, not a field
         start = reader.pos
         token = reader.token("a field of %s" % where)
-        if token == END_OF_COMPONENT or token.startswith("</"):
-            reader.pos = start
-            return
-        if token == "<DropoutRetention>" and "<DropoutRate>" in defaults:
+        if layer.marker == "<Dropout>" and token == RETENTION:
             layer.options["<DropoutRate>"] = 1.0 - reader.float(token)
-            continue
-        if token not in defaults:
+        elif layer.marker == "<ParametricRelu>" and token in _OLD_PSGD_PRELU:
+            reader.float(token)
+        elif token in fields:
+            layer.options[token] = reader.float("the value of %s" % token)
+        else:
+            same_letter = list(fields) if once else [t for t in fields if t[:2] == token[:2]]
             reader.pos = start
-            reader.fail("%s: unknown field %s (psgd knows %s)"
-                        % (where, token, ", ".join(defaults) or "none"))
-        layer.options[token] = reader.float("the value of %s" % token)
+            if same_letter:
+                reader.fail("%s: expected %s, found %s" % (where, same_letter[0], token[:40]))
+            reader.fail("%s: unknown field %s (Kaldi's %s has %s)"
+                        % (where, token[:40], layer.name, ", ".join(fields)))
+        if once:
+            return
 
 
-def _write_options(writer, layer, tokens):
-    for token in tokens:
+def _write_fields(writer, layer):
+    fields = FIELDS[layer.marker]
+    stray = set(layer.options) - set(fields)
+    if stray:
+        raise ValueError("%s has no field %s (Kaldi writes %s)"
+                         % (layer.marker, ", ".join(sorted(stray)), ", ".join(fields)))
+    for token, default in fields.items():
         writer.token(token)
-        writer.float(layer.options[token])
+        writer.float(layer.options.get(token, default))
 
 
 def _check(reader, where, ok, problem):
@@ -62,14 +96,9 @@ def _check(reader, where, ok, problem):
         reader.fail("%s: %s" % (where, problem))
 
 
-# --- one reader/writer pair per component ---------------------------------------------
-AFFINE_FIELDS = ("<LearnRateCoef>", "<BiasLearnRateCoef>", "<MaxNorm>")
-PRELU_FIELDS = ("<BiasLearnRateCoef>", "<LearnRateCoef>", "<ClipGradient>")
-
-
+# --- one reader/writer pair per component, each following its ReadData/WriteData -------
 def _read_affine(reader, layer, where):
-    _options(reader, layer, {"<LearnRateCoef>": 1.0, "<BiasLearnRateCoef>": 1.0,
-                             "<MaxNorm>": 0.0}, where)
+    _read_fields(reader, layer, where)
     w = reader.matrix("the linearity of %s" % where)
     b = reader.vector("the bias of %s" % where)
     _check(reader, where, w.shape == (layer.output_dim, layer.input_dim),
@@ -81,15 +110,14 @@ def _read_affine(reader, layer, where):
 
 
 def _write_affine(writer, layer):
-    _write_options(writer, layer, AFFINE_FIELDS)
+    _write_fields(writer, layer)
     writer.newline()
     writer.matrix(layer.arrays["W"])
     writer.vector(layer.arrays["b"])
 
 
 def _read_prelu(reader, layer, where):
-    _options(reader, layer, {"<BiasLearnRateCoef>": 1.0, "<LearnRateCoef>": 1.0,
-                             "<ClipGradient>": 0.0}, where)
+    _read_fields(reader, layer, where)
     alpha = reader.vector("the alpha of %s" % where)
     beta = reader.vector("the beta of %s" % where)
     for name, v in (("alpha", alpha), ("beta", beta)):
@@ -99,20 +127,20 @@ def _read_prelu(reader, layer, where):
 
 
 def _write_prelu(writer, layer):
-    _write_options(writer, layer, PRELU_FIELDS)
+    _write_fields(writer, layer)
     writer.newline()
     writer.vector(layer.arrays["alpha"])
     writer.vector(layer.arrays["beta"])
 
 
 def _read_dropout(reader, layer, where):
-    _options(reader, layer, {"<DropoutRate>": 0.5}, where)
+    _read_fields(reader, layer, where)
     rate = layer.options["<DropoutRate>"]
     _check(reader, where, 0 <= rate < 1, "dropout rate %g is outside [0, 1)" % rate)
 
 
 def _write_dropout(writer, layer):
-    _write_options(writer, layer, ("<DropoutRate>",))
+    _write_fields(writer, layer)
 
 
 def _read_splice(reader, layer, where):
@@ -129,8 +157,7 @@ def _write_splice(writer, layer):
 
 def _vector_reader(name):
     def read(reader, layer, where):
-        # files from before 2016 have no <LearnRateCoef> here
-        _options(reader, layer, {"<LearnRateCoef>": 0.0}, where)
+        _read_fields(reader, layer, where, once=True)
         v = reader.vector("the %s of %s" % (name, where))
         _check(reader, where, v.shape == (layer.input_dim,) and
                layer.input_dim == layer.output_dim,
@@ -142,7 +169,7 @@ def _vector_reader(name):
 
 def _vector_writer(name):
     def write(writer, layer):
-        _write_options(writer, layer, ("<LearnRateCoef>",))
+        _write_fields(writer, layer)
         writer.vector(layer.arrays[name])
     return write
 
@@ -202,6 +229,10 @@ def read_layer(reader, marker, index):
         reader.fail("%s: negative dimension" % where)
     layer = Layer(marker, input_dim, output_dim)
     TABLE[marker][0](reader, layer, where)
+    # Kaldi's Component::Read eats the separator when one follows (a file from
+    # before 2016 has none); only the exact token, as ExpectToken takes it
+    if reader.peek() == "<" and reader.peek_token() == "!":
+        reader.expect(END_OF_COMPONENT)
     return layer
 
 

@@ -46,8 +46,7 @@ def layers_of(net, name="the model"):
                                  "nnet1" % (name, i, comp))
             if kind == "relu":
                 layer = Layer("<ParametricRelu>", width, width,
-                              {"<BiasLearnRateCoef>": 0.0, "<LearnRateCoef>": 0.0,
-                               "<ClipGradient>": 0.0},
+                              {"<AlphaLearnRateCoef>": 0.0, "<BetaLearnRateCoef>": 0.0},
                               {"alpha": np.ones(width, np.float32),
                                "beta": np.zeros(width, np.float32)})
             elif kind == "dropout":

@@ -145,6 +145,13 @@ class Reader:
             self._skip_space()
         return chr(self.data[self.pos]) if self.pos < len(self.data) else ""
 
+    def peek_token(self):
+        """Kaldi's PeekToken: the character after a '<' (the next one otherwise)."""
+        first = self.peek()
+        if first != "<":
+            return first
+        return chr(self.data[self.pos + 1]) if self.pos + 1 < len(self.data) else ""
+
     def at_end(self):
         self._skip_space()
         return self.pos >= len(self.data)

@@ -4,16 +4,15 @@ header, Kaldi's default) or text (--binary=false), detected on reading.
     layers = read_nnet("final.nnet")            # [Layer, ...]
     write_nnet("final.nnet", layers, binary=True)
 
-Reading follows Kaldi's Nnet::Read: the opening <Nnet> is optional, the
-network ends at </Nnet> or (text only: a binary file without it was cut
-short) the end of the file, "<!EndOfComponent>" after a
-component is optional, consecutive dimensions must agree. Writing is atomic
+Reading follows Kaldi's Nnet::Read and Component::Read: the opening <Nnet>
+is optional, the network ends at </Nnet> or (text only: a binary file
+without it was cut short) the end of the file, one "<!EndOfComponent>" after
+a component is optional, consecutive dimensions must agree. Writing is atomic
 (a temporary file renamed over the name), so no half-written model is left.
 """
 
 from ..atomic import atomic_write_bytes
-from .components import (END_OF_COMPONENT, TABLE, canonical_marker, is_known_unsupported,
-                         read_layer, write_layer)
+from .components import TABLE, canonical_marker, is_known_unsupported, read_layer, write_layer
 from .encoding import KaldiFormatError, Reader, Writer
 
 SUPPORTED = ", ".join(m.strip("<>") for m in TABLE)
@@ -38,13 +37,12 @@ def parse_nnet(data, name):
     while not reader.at_end():
         start = reader.pos
         token = reader.token("a component marker")
-        if token == "<Nnet>" and not layers:
-            continue
+        if token == "<Nnet>":       # Component::Read skips it before a marker
+            start = reader.pos
+            token = reader.token("a component marker")
         if token == "</Nnet>":
             closed = True
             break
-        if token == END_OF_COMPONENT and layers:
-            continue
         marker = canonical_marker(token)
         if marker is None:
             reader.pos = start

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from kaldi_corpus import write_corpus
+from kaldi_corpus import train_and_cv
 from launch_util import ROOT, assert_clean_failure, psgd_train
 
 # what it checks (accuracy, numerics, files) does not depend on the MPI library
@@ -20,12 +20,7 @@ MLP = ["--model", "mlp", "--hidden", "32", "--splice", "2", "--minibatch-size", 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    folder = str(tmp_path_factory.mktemp("corpus"))
-    train = write_corpus(folder, num_utts=24, seed=0, prefix="train")
-    cv = write_corpus(folder, num_utts=8, seed=1, prefix="cv")
-    return ["--feats", "scp:" + train["feats.scp"], "--targets", "ark:" + train["ali.ark"],
-            "--cv-feats", "scp:" + cv["feats.scp"], "--cv-targets", "ark:" + cv["ali.ark"]], \
-        train, cv
+    return train_and_cv(str(tmp_path_factory.mktemp("corpus")))
 
 
 def python(*argv, cwd=None):

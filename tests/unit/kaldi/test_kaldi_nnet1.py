@@ -23,8 +23,8 @@ def every_component():
               {"W": RNG.normal(size=(4, 9)).astype(np.float32), "b": v(4)}),
         Layer("<Sigmoid>", 4, 4),
         Layer("<Tanh>", 4, 4),
-        Layer("<ParametricRelu>", 4, 4, {"<BiasLearnRateCoef>": 0.1, "<LearnRateCoef>": 0.2,
-                                         "<ClipGradient>": 5.0},
+        Layer("<ParametricRelu>", 4, 4, {"<AlphaLearnRateCoef>": 0.1,
+                                         "<BetaLearnRateCoef>": 0.2},
               {"alpha": v(4), "beta": v(4)}),
         Layer("<Dropout>", 4, 4, {"<DropoutRate>": 0.25}),
         Layer("<Softmax>", 4, 4),
@@ -84,7 +84,7 @@ def test_relu_is_parametric_relu_with_alpha_one_beta_zero_frozen():
     net = build_model("mlp", (3,), 2, hidden="4", dropout=0)
     relu = [l for l in layers_of(net) if l.marker == "<ParametricRelu>"][0]
     assert relu.arrays["alpha"].tolist() == [1] * 4 and relu.arrays["beta"].tolist() == [0] * 4
-    assert relu.options["<LearnRateCoef>"] == 0 and relu.options["<BiasLearnRateCoef>"] == 0
+    assert relu.options == {"<AlphaLearnRateCoef>": 0, "<BetaLearnRateCoef>": 0}
 
 
 def test_reading_follows_kaldi_rules():
@@ -123,8 +123,13 @@ def test_unknown_marker_and_unknown_field_are_one_line():
         parse_nnet(b"<Nnet> <Frobnicate> 2 2 </Nnet>", "x.nnet")
     assert "'<Frobnicate>' is not an nnet1 component marker" in one_line(exc)
     with pytest.raises(KaldiFormatError) as exc:
+        parse_nnet(b"<Nnet> <AffineTransform> 1 1 <Zogus> 1 [ 1 ] [ 1 ] </Nnet>", "x.nnet")
+    assert "component 1 <AffineTransform>: unknown field <Zogus>" in one_line(exc)
+    # Kaldi tells a field by its first letter: a B-token must be <BiasLearnRateCoef>
+    with pytest.raises(KaldiFormatError) as exc:
         parse_nnet(b"<Nnet> <AffineTransform> 1 1 <Bogus> 1 [ 1 ] [ 1 ] </Nnet>", "x.nnet")
-    assert "component 1 <AffineTransform>: unknown field <Bogus>" in one_line(exc)
+    assert "component 1 <AffineTransform>: expected <BiasLearnRateCoef>, found <Bogus>" \
+        in one_line(exc)
 
 
 def test_parametric_relu_psgd_cannot_represent_is_refused():
