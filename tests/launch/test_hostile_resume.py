@@ -2,7 +2,8 @@
 ranks started with different flags, a rank file from another epoch, a
 checkpoint folder without LATEST (it used to start afresh and prune the
 folders), a fresh run into a folder of checkpoints, a hand-edited LATEST,
-and files handed to the wrong flag."""
+and files handed to the wrong flag. Only the MPMD launch depends on the MPI
+library: the rest is files, and runs under one MPI (one_mpi)."""
 import json
 import os
 import shutil
@@ -53,6 +54,7 @@ def test_ranks_started_with_different_flags_fail_together(first, second, needle)
     assert result.returncode == 2, result.stderr
 
 
+@pytest.mark.one_mpi
 def test_a_rank_file_from_another_epoch_is_named(ck):
     """Finding 3: rank 1 resumed at another epoch than rank 0 and the job hung."""
     shutil.copy(os.path.join(ck, "epoch-0001", "rank-00001.npz"),
@@ -63,6 +65,7 @@ def test_a_rank_file_from_another_epoch_is_named(ck):
                                  "job of 2 ranks (it says: epoch 2, rank 1 of 2)")
 
 
+@pytest.mark.one_mpi
 def test_resume_without_latest_takes_the_newest_complete_folder(ck, tmp_path):
     """Finding 5: without LATEST, --resume started afresh and pruned the
     checkpoints; it now resumes from the newest folder every rank's file
@@ -82,6 +85,7 @@ def test_resume_without_latest_takes_the_newest_complete_folder(ck, tmp_path):
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 
 
+@pytest.mark.one_mpi
 def test_resume_without_latest_or_a_complete_folder_refuses_and_keeps_them(ck):
     os.remove(os.path.join(ck, "LATEST"))
     for folder in ("epoch-0001", "epoch-0002"):
@@ -94,6 +98,7 @@ def test_resume_without_latest_or_a_complete_folder_refuses_and_keeps_them(ck):
     assert os.listdir(os.path.join(ck, "epoch-0002")) == ["rank-00000.npz"]
 
 
+@pytest.mark.one_mpi
 def test_a_fresh_run_into_a_folder_of_checkpoints_is_refused(ck):
     """Without --resume the run would overwrite LATEST and prune the folders."""
     before = open(os.path.join(ck, "LATEST")).read()
@@ -103,6 +108,7 @@ def test_a_fresh_run_into_a_folder_of_checkpoints_is_refused(ck):
     assert open(os.path.join(ck, "LATEST")).read() == before
 
 
+@pytest.mark.one_mpi
 def test_a_hand_edited_latest_is_named(ck):
     """Finding 23: a size written as text gave 'written by 2 ranks, this job has 2'."""
     with open(os.path.join(ck, "LATEST"), "w") as f:
@@ -112,11 +118,13 @@ def test_a_hand_edited_latest_is_named(ck):
     assert_clean_failure(result, "%s: not a psgd checkpoint pointer" % os.path.join(ck, "LATEST"))
 
 
+@pytest.mark.one_mpi
 def test_a_negative_seed_names_the_flag():
     result = psgd_train(2, *QUICK, "--epochs", "1", "--seed", "-1", timeout=60)
     assert_clean_failure(result, "--seed must be in [0, 2^32 - 1], got -1")
 
 
+@pytest.mark.one_mpi
 def test_init_with_a_checkpoint_file_names_it(ck):
     path = os.path.join(ck, "epoch-0002", "rank-00000.npz")
     result = psgd_train(2, "--num-samples", "600", "--quiet", "--epochs", "1", "--init", path,
@@ -125,6 +133,7 @@ def test_init_with_a_checkpoint_file_names_it(ck):
                          % path)
 
 
+@pytest.mark.one_mpi
 def test_a_file_that_is_no_archive_is_not_called_pickled(tmp_path):
     """Finding 23: NumPy calls every file that is neither .npy nor a zip
     archive pickled; a file starting with 'PK' was 'pickled Python objects'."""
