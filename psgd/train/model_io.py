@@ -50,10 +50,11 @@ def load(path):
             arrays = {k: z[k] for k in z.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
         text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if "pickle" in text or "Object arrays" in text:
-            # NumPy calls any file that is neither .npy nor a zip archive pickled
-            text = "it holds pickled Python objects, which psgd never loads" \
-                if _starts_with(path, b"\x80") else "not an .npz archive"
+        # NumPy calls any file that is neither .npy nor a zip archive pickled
+        if "Object arrays" in text or ("pickle" in text and _starts_with(path, b"\x80")):
+            text = "it holds pickled Python objects, which psgd never loads"
+        elif "pickle" in text:
+            text = "not an .npz archive"
         raise UsageError("%s: not a readable psgd model/checkpoint (%s)" % (path, text)) from None
     raw = arrays.pop(HEADER, None)
     if raw is None:
