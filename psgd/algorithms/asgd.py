@@ -39,12 +39,12 @@ class AsgdServer(Server):
     dc_lambda: float
 
     def initialized(self):
-        super().initialized()
         self.held = []                 # workers whose reply waits for the barrier
         self.since_release = 0
         self.delay_compensation = staleness.DelayCompensation(
-            self.center, self.workers_ranks, self.dc_lambda) \
+            self.center, range(self.servers, self.node.size), self.dc_lambda) \
             if self.staleness_compensation == "dc" else None
+        super().initialized()
 
     def serve(self, rank):
         self.since_release += 1
@@ -71,9 +71,9 @@ class AsgdServer(Server):
         if self.delay_compensation is not None:
             self.delay_compensation.replied(rank, self.center.data)
 
-    def _load_state(self, state):
-        super()._load_state(state)
-        if self.delay_compensation is not None:
+    def restart(self):
+        super().restart()
+        if self.delay_compensation is not None:             # every x_start is x
             self.delay_compensation.reset(self.center.data)
 
     def gain(self):

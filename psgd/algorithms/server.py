@@ -122,8 +122,7 @@ class Server(GivingUp, Algorithm):
         self._last = 0
         self._new_round = False
         self._waiter = Waiter(self.poll_max_sleep)
-        super().initialized()
-        self.started_from = {}                      # rank -> update count of the x it last got
+        super().initialized()                       # restart(): started_from
 
     def begin_round(self):
         """Serve another round (an epoch) with the next run(); the workers
@@ -162,6 +161,10 @@ class Server(GivingUp, Algorithm):
 
     def _load_state(self, state):
         self.center.data[...] = self.buffer.xp.asarray(state["center"])
+        self.restart()
+
+    def restart(self):
+        # rank -> update count of the x it last got: every worker holds x now
         self.started_from = {rank: self.syncs for rank in self.workers_ranks}
 
     # the event loop ------------------------------------------------------------

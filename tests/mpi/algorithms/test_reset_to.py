@@ -19,6 +19,10 @@ SIZE = sum(int(np.prod(s)) for s in SHAPES)
 # The outer state with the most to restart; block_lr != 1 so that bmuf reads
 # its old D (at zeta = 1 under Nesterov the update folds D out).
 OPTIONS = {"sod": {"outer": "adam"}, "bmuf": {"block_lr": 0.5}}
+# Per-worker state on the server: dc keeps the center each worker last got.
+VARIANTS = list(psgd.ALGORITHMS) + ["asgd+dc", "masgd+dc"]
+VARIANT_OPTIONS = {"asgd+dc": {"staleness_compensation": "dc"},
+                   "masgd+dc": {"staleness_compensation": "dc"}}
 
 
 def model(seed):
@@ -77,11 +81,13 @@ def same(a, b):
 
 
 def create(name, comm, params):
+    options = VARIANT_OPTIONS.get(name, OPTIONS.get(name, {}))
+    name = name.split("+")[0]
     grads = [np.zeros(s) for s in SHAPES] if name == "syncgrad" else None
-    return psgd.create(name, params, comm=comm, grads=grads, **OPTIONS.get(name, {}))
+    return psgd.create(name, params, comm=comm, grads=grads, **options)
 
 
-@pytest.mark.parametrize("name", psgd.ALGORITHMS)
+@pytest.mark.parametrize("name", VARIANTS)
 def test_syncs_after_reset_to_equal_a_fresh_create(comm, name):
     workers = comm.Split(0 if comm.rank > 0 else 1, comm.rank)
     try:
