@@ -109,19 +109,20 @@ def axpy(a, alpha, b):
     return a
 
 
-def bmuf_update(w, w_g, D, eta, zeta, nesterov):
+def bmuf_update(w, w_g, D, eta, zeta, nesterov, start=None):
     """Given w = the sample-weighted mean of the workers' models, with the
-    block having started from  s = w_g + look * D  (look = eta under
-    Nesterov, else 0):
+    block having started from  s = w_g + start * D  (`start`: by default
+    the look-ahead, eta under Nesterov, else 0; 0 after a round ended on w_g):
         G   = w - s                     the mean block delta
         D   <- eta * D + zeta * G
         w_g <- w_g + D
-        w   <- w_g + look * D
+        w   <- w_g + look * D           (look = eta under Nesterov, else 0)
     all in place (one pass on a GPU). Folding s into D's coefficient,
-    D <- (eta - zeta * look) * D + zeta * (w - w_g), avoids a temporary."""
+    D <- (eta - zeta * start) * D + zeta * (w - w_g), avoids a temporary."""
     t = w.dtype.type
     look = eta if nesterov else 0.0
-    keep, zeta, look = t(eta - zeta * look), t(zeta), t(look)
+    start = look if start is None else start
+    keep, zeta, look = t(eta - zeta * start), t(zeta), t(look)
     if _on_gpu(w):
         _kernel("bmuf", "T keep, T zeta, T look", "T w, T wg, T d",
                 "T nd = keep * d + zeta * (w - wg); T ng = wg + nd;"

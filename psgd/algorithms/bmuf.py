@@ -4,7 +4,8 @@
     D  <- eta * D + zeta * G                 block momentum
     w_g <- w_g + D
     w_k <- s' = w_g + eta * D  (nesterov)  or  w_g
-At the end every rank keeps w_g itself, without the look-ahead.
+At the end every rank keeps w_g itself, without the look-ahead, so a
+round after it starts from s = w_g: D keeps its momentum across rounds.
 
 s is where the block started: w_g, or under Nesterov the look-ahead
 w_g + eta * D that the workers were handed (the paper's W_g(t-1)).
@@ -12,6 +13,8 @@ Measuring the delta from w_g instead would count eta * D twice, and the
 defaults (eta = 1 - 1/N, zeta = 1) would then diverge: D grows as
 eta * (1 + zeta) > 1. Without Nesterov both readings coincide.
 """
+import numpy as np
+
 from .. import kernels
 from ..buffers import host_copy
 from .base import CollectiveWorker, Option, positive, register
@@ -43,25 +46,35 @@ class Bmuf(CollectiveWorker):
     def restart(self):
         self.global_model.data[...] = self.buffer.data   # w_g = s = the model
         self.block_momentum_buffer.data.fill(0)          # D = 0
+        self.start = 0.0                                 # s = w_g + start * D
 
     def update(self, n_k, n, active):
-        # w = sum_k (n_k/n) w_k, so G = w - w_g; the filter runs on each part
+        # w = sum_k (n_k/n) w_k, so G = w - s; the filter runs on each part
         # of w as its sum arrives
         self.average(n_k, n, active, then=self._filter)
+        self.start = self.block_momentum if self.nesterov else 0.0   # the look-ahead
 
     def _filter(self, lo, hi):
         kernels.bmuf_update(self.buffer.data[lo:hi], self.global_model.data[lo:hi],
                             self.block_momentum_buffer.data[lo:hi],
-                            self.block_momentum, self.block_lr, self.nesterov)
+                            self.block_momentum, self.block_lr, self.nesterov, self.start)
 
     def finish(self):
         self.buffer.data[...] = self.global_model.data
+        self.start = 0.0
 
     def state_dict(self):
         return {"global_model": host_copy(self.global_model.data),
-                "block_momentum": host_copy(self.block_momentum_buffer.data)}
+                "block_momentum": host_copy(self.block_momentum_buffer.data),
+                "block_start": np.asarray(self.start)}
+
+    def load_state_dict(self, state):
+        # a checkpoint from before the start was kept: the trainer's are all
+        # taken at a round's end, on w_g
+        super().load_state_dict(dict({"block_start": np.asarray(0.0)}, **state))
 
     def _load_state(self, state):
         self.global_model.data[...] = self.buffer.xp.asarray(state["global_model"])
         self.block_momentum_buffer.data[...] = self.buffer.xp.asarray(state["block_momentum"])
+        self.start = float(state["block_start"])
 

@@ -111,6 +111,32 @@ def test_bmuf_matches_replay_and_ends_on_w_g(comm, nesterov):
           final_of=lambda s: s["w_g"], block_momentum=eta, block_lr=zeta, nesterov=nesterov)
 
 
+@pytest.mark.parametrize("nesterov", [True, False])
+def test_bmuf_keeps_its_momentum_across_rounds(comm, nesterov):
+    """A round ends on w_g (no look-ahead), so the next round's first block
+    starts from w_g: its delta is measured from there and D carries on,
+    D2 = eta * D1 + zeta * G2. Measuring it from the look-ahead restarted
+    the momentum at every epoch under Nesterov (zeta = 1: D2 = G2)."""
+    eta, zeta = 0.5, 1.0
+    sync = psgd.create("bmuf", initial(0), comm=comm, block_momentum=eta, block_lr=zeta,
+                       nesterov=nesterov)
+    w = sync.buffer.data
+    steps = [np.mean([local_step(k, t, w.shape) for k in range(comm.size)], axis=0)
+             for t in range(2)]
+    start = w.copy()
+    w += local_step(comm.rank, 0, w.shape)
+    sync.stop(5)                                     # round 1: one block
+    d1 = steps[0] * zeta
+    np.testing.assert_allclose(w, start + d1, rtol=1e-12, atol=1e-12)   # ends on w_g
+    sync.begin_round()
+    w += local_step(comm.rank, 1, w.shape)
+    sync.stop(5)                                     # round 2, from w_g
+    d2 = eta * d1 + zeta * steps[1]
+    np.testing.assert_allclose(sync.block_momentum_buffer.data, d2, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(w, start + d1 + d2, rtol=1e-12, atol=1e-12)
+    sync.close()
+
+
 def test_bmuf_default_momentum_is_one_minus_one_over_n(comm):
     sync = psgd.create("bmuf", [np.zeros(2)], comm=comm)
     assert sync.block_momentum == pytest.approx(1 - 1 / comm.size)
