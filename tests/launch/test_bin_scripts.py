@@ -32,6 +32,7 @@ def test_kaldi_scheduler_trains_per_epoch_with_newbob(tmp_path):
                    "--cv-feats", "scp:" + cv["feats.scp"], "--cv-targets", cv["ali.txt"],
                    "--model", "mlp", "--hidden", "32", "--splice", "1")
     assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stderr == ""       # finding 20 of issue 25: no RuntimeWarning in its lines
     lines = r.stdout.splitlines()
     assert lines[0].startswith("CROSSVAL PRERUN AVG.LOSS")
     iterations = [l for l in lines if l.startswith("ITERATION")]
@@ -112,6 +113,13 @@ def test_train_scheduler_prints_the_trainers_error_line(tmp_path):
                           str(tmp_path / "exp" / "log" / "init.log"))
     assert line.count("no such file") == 1 and r.returncode == 2
     assert len(calls(tmp_path)) == 1 and calls(tmp_path)[0].startswith("-np 3 ")
+
+
+def test_train_scheduler_prints_a_real_trainers_error(tmp_path):
+    r = run_script("train_scheduler.sh", "--np", "2", str(tmp_path / "exp"),
+                   "--feats", "scp:" + str(tmp_path / "absent.scp"), "--targets", "ali.ark")
+    one_error_line(r, "the initial model failed", "psgd-train: error: ", "absent.scp")
+    assert r.returncode == 2
 
 
 def test_train_scheduler_shows_the_end_of_a_log_without_an_error_line(tmp_path):
