@@ -86,6 +86,9 @@ def _state_problem(saved):
             return "%r is %r" % (key, saved[key])
     if not math.isfinite(saved["lr"]) or saved["lr"] <= 0:
         return "'lr' is %r" % saved["lr"]
+    for key, value in saved["options"].items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return "option %r is %r" % (key, value)
     return None
 
 

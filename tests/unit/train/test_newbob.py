@@ -85,6 +85,8 @@ def test_a_normal_run_prints_nothing_but_its_answer(tmp_path):
      '"options": {"factor": 2}}', "options"),
     ('{"lr": 0.1, "halving": false, "done": false, "best_loss": 1.0, '
      '"options": {"speed": 2}}', "options"),
+    ('{"lr": 0.1, "halving": false, "done": false, "best_loss": 1.0, '
+     '"options": {"start": "x"}}', "option 'start' is 'x'"),
 ])
 def test_a_bad_state_file_is_one_line_naming_it(tmp_path, capsys, text, culprit):
     """Finding 20 of issue 25: a bad state file gave a traceback."""
