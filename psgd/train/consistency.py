@@ -74,6 +74,11 @@ def reconcile_resume(args, arrays, header, say):
                              "afresh in another --checkpoint-dir to change it" % (
                                  _flag(name), getattr(args, name), saved[name],
                                  args.checkpoint_dir))
+    done = header.get("epoch", -1) + 1
+    if args.epochs < done:
+        raise UsageError("--resume: --epochs %d is below the %d epochs the checkpoint in %s has "
+                         "trained: nothing would be trained (give --epochs %d or more)" % (
+                             args.epochs, done, args.checkpoint_dir, done))
     changed = []
     for name in FOLLOWED_ON_RESUME:
         if name in saved and not _same(getattr(args, name, None), saved[name]):

@@ -8,6 +8,7 @@ from ..algorithms import ALGORITHMS, REGISTRY
 from ..errors import UsageError
 from ..kaldi.cli import boolean as kaldi_boolean
 from .defaults import WARMUP_EPOCHS, trainer_defaults
+from .model_files import writes_nnet1
 
 # flag dest -> the algorithm option it sets (passed only when given)
 ALGORITHM_FLAGS = {
@@ -22,6 +23,10 @@ ALGORITHM_FLAGS = {
 MODELS = ("cnn", "mlp", "lstm")
 SCHEDULES = ("constant", "exponential", "newbob")
 
+
+# Flags that act only beside another: None in the parser, so that giving one
+# where it would change nothing is refused; their defaults are set in validate.
+IDLE_DEFAULTS = {"binary": True, "checkpoint_every": 1}
 
 FLOAT32_MAX = 3.4028234663852886e38
 
@@ -151,12 +156,14 @@ def build_parser(prog="psgd-train"):
     g.add_argument("--out", default=None, metavar="MODEL",
                    help="MODEL.npz, or NAME.nnet for Kaldi nnet1 (with final.feature_transform "
                         "and ali_train_pdf.counts beside it)")
-    g.add_argument("--binary", type=kaldi_boolean, default=True, metavar="true|false",
-                   help="nnet1 --out in Kaldi's binary format (default true)")
+    g.add_argument("--binary", type=kaldi_boolean, default=None, metavar="true|false",
+                   help="nnet1 --out in Kaldi's binary format (default %s)" % str(
+                       IDLE_DEFAULTS["binary"]).lower())
     g.add_argument("--metrics", default=None, metavar="M.jsonl")
     g.add_argument("--plot", default=None, metavar="CURVES.png")
     g.add_argument("--checkpoint-dir", default=None)
-    g.add_argument("--checkpoint-every", type=int, default=1, metavar="EPOCHS")
+    g.add_argument("--checkpoint-every", type=int, default=None, metavar="EPOCHS",
+                   help="with --checkpoint-dir (default %d)" % IDLE_DEFAULTS["checkpoint_every"])
     g.add_argument("--resume", action="store_true", help="continue from --checkpoint-dir")
     g.add_argument("--progress", choices=("auto", "on", "off"), default="auto")
     g.add_argument("--quiet", action="store_true", help="no per-epoch log lines")
@@ -215,6 +222,9 @@ def validate(args):
         raise UsageError("--splice must be >= 0, got %d" % args.splice)
     _positive("num_classes", args.num_classes)
     _refuse_idle_flags(args)
+    for name, default in IDLE_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
     if (args.feats is None) != (args.targets is None):
         raise UsageError("--feats and --targets go together")
     if args.resume and not args.checkpoint_dir:
@@ -275,6 +285,12 @@ def _refuse_idle_flags(args):
     if args.sync_bn and not args.model_parallel:
         raise UsageError("--sync-bn applies to --model-parallel only (data-parallel "
                          "algorithms average BatchNorm statistics at every sync already)")
+    if args.binary is not None and not writes_nnet1(args.out):
+        raise UsageError("--binary applies to a Kaldi nnet1 --out NAME.nnet; %s" % (
+            "--out %s writes a psgd .npz" % args.out if args.out else "there is no --out"))
+    if args.checkpoint_every is not None and not args.checkpoint_dir:
+        raise UsageError("--checkpoint-every applies to --checkpoint-dir: without it no "
+                         "checkpoint is written")
 
 
 def algorithm_options(args, num_workers=None):

@@ -17,6 +17,7 @@ from . import consistency, model_files, outputs
 from .data_parallel import DataParallel
 from .data_setup import combine, read_local
 from .faults import Watchdog
+from .idle_flags import refuse_idle_flags
 from .metrics import Progress, kaldi_epoch_lines, kaldi_log
 from .large_batch import warmup_factor
 from .defaults import default_lr, local_momentum, lr_rule_name, lr_scale, warmup_epochs
@@ -90,6 +91,7 @@ class Trainer(mpi.Closeable):
         try:
             self.parallel.check()
             self.backend = get_backend(args.backend, mpi.Node(self.comm).local_rank, args.gpu_ids)
+            refuse_idle_flags(args, self.backend.name)
             cuda_aware.configure(args.cuda_aware)
             local = read_local(args, self.rank, self.size, self.worker_index, self.num_workers)
         except (UsageError, ValueError, OSError) as exc:
