@@ -38,6 +38,16 @@ def test_a_flag_that_changes_nothing_is_refused(tmp_path, flags, needle):
     assert os.listdir(tmp_path) == []
 
 
+def test_cuda_aware_where_the_auto_backend_found_no_gpu_is_a_warning(tmp_path):
+    """One launch script for CPU and GPU hosts: --backend auto falls back to
+    numpy on a host without a GPU, and there --cuda-aware only warns."""
+    result = psgd_train(2, *QUICK, "--epochs", "1", "--cuda-aware", "yes", "--quiet",
+                        env={"PSGD_BACKEND": "auto"})
+    assert result.returncode == 0, result.stderr
+    assert "--cuda-aware yes applies to GPU buffers (the cupy backend); this rank's backend " \
+           "is numpy (the auto backend found no GPU)" in result.stderr
+
+
 def test_the_flags_where_they_act_are_accepted(tmp_path):
     ck = str(tmp_path / "ck")
     result = psgd_train(2, *QUICK, "--epochs", "2", "--checkpoint-dir", ck,
