@@ -26,6 +26,7 @@ def xp(request):
     if kind == "sim":
         import simcupy
         previous, module = simcupy.install(), simcupy
+        simcupy.set_mpi(cuda_aware=path == "direct")     # staged: a host-only MPI
         _skip_everywhere(None)
     else:
         module, count = real_cupy()
