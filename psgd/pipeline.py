@@ -19,6 +19,12 @@ won too. Within one host (shared memory) only buffers of 4M elements and up
 are: below, the pipeline tied at 1e6 and lost at 2e6-4e6 (bmuf 2.7-3.5x ->
 3.1-4.3x), and it won from 1e7 on (a 40 MB sum in chunks that stay in
 cache). 256k-1M elements per chunk did about equally well.
+
+Device memory never goes to Iallreduce: Open MPI's CUDA support (UCX
+included) leaves the non-blocking reductions out, so a CUDA-aware exchange
+of a device buffer sums in one blocking call (the library pipelines its own
+copies there); only host memory (a host buffer, or a device buffer's pinned
+mirror) is pipelined.
 """
 import os
 
@@ -89,7 +95,8 @@ def allreduce(exchange, before=None, after=None):
     Collective: the first call on an exchange asks whether its ranks span
     hosts."""
     size = exchange.buffer.size
-    if (before or after) and size > pipeline_chunk():   # else there is nothing to pipeline
+    device_wire = exchange.direct and exchange.buffer.on_device
+    if (before or after) and size > pipeline_chunk() and not device_wire:
         if pipelined(size, exchange.spans_hosts()):
             return pipelined_allreduce(exchange, before, after)
     return exchange.allreduce(before, after)
@@ -105,7 +112,7 @@ def pipelined_allreduce(exchange, before, after):
     PIPELINE_DEPTH of them in flight, each chunk's `before` and `after`
     running while its neighbours travel."""
     buffer, comm = exchange.buffer, exchange.comm
-    wire = buffer.data if exchange.direct else buffer.host
+    wire = buffer.host          # host memory only (above): the data, or the pinned mirror
     on_host = not buffer.on_device
     chunks = list(_ranges(0, buffer.size, pipeline_chunk()))
     flight = []   # (lo, hi, request), oldest first
