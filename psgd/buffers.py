@@ -41,6 +41,7 @@ class FlatBuffer:
         if offset != data.size:
             raise ValueError("shapes cover %d elements, buffer has %d" % (offset, data.size))
         self._host = None
+        self._whole = None    # (buffer, lo, hi) of a part
 
     # construction -----------------------------------------------------------
     @classmethod
@@ -107,8 +108,7 @@ class FlatBuffer:
         a GPU, the matching slice of the pinned mirror (a server's shard): MPI
         on the part goes through the same mirror as MPI on the whole."""
         part = FlatBuffer(self.data[lo:hi], [(hi - lo,)])
-        if self.on_device:
-            part._host = self.host[lo:hi]
+        part._whole = (self, lo, hi)      # the mirror's slice, when staged MPI first asks
         return part
 
     # host mirror ---------------------------------------------------------------
@@ -119,7 +119,11 @@ class FlatBuffer:
         if not self.on_device:
             return self.data
         if self._host is None:
-            self._host = empty_pinned(self.data.shape, self.data.dtype)
+            if self._whole is not None:   # no mirror on the direct path, whole or part
+                whole, lo, hi = self._whole
+                self._host = whole.host[lo:hi]
+            else:
+                self._host = empty_pinned(self.data.shape, self.data.dtype)
         return self._host
 
     def to_host(self, lo=0, hi=None):

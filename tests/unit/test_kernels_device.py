@@ -106,3 +106,16 @@ def test_every_kernel_psgd_defines_has_run_on_the_device(xp):
         {name for (module, name) in fused._KERNELS if module is xp}
     ran = {n if n.startswith("psgd_") else "psgd_" + n for n in ran}
     assert _kernel_names_in_sources() <= ran, _kernel_names_in_sources() - ran
+
+
+def test_a_part_allocates_no_mirror_until_staged_mpi_asks(xp):
+    """The direct path (CUDA-aware MPI) never needs the pinned mirror."""
+    simulated = getattr(xp, "device", None)
+    if simulated is None:
+        pytest.skip("counts the simulated device's pinned allocations")
+    buf = FlatBuffer.pack([xp.asarray(np.arange(8.0))])
+    before = simulated.pinned_allocations()
+    part = buf.part(2, 6)
+    assert simulated.pinned_allocations() == before
+    assert np.shares_memory(part.host, buf.host)        # staged: the whole's mirror
+    assert simulated.pinned_allocations() == before + 1
