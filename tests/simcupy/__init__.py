@@ -97,7 +97,7 @@ class _StreamType:
 cuda = _Namespace(
     Stream=_StreamType(),
     Event=_device.Event, get_current_stream=_device.get_current_stream, Device=Device,
-    runtime=_Namespace(getDeviceCount=lambda: _device.DEVICE_COUNT,
+    runtime=_Namespace(getDeviceCount=lambda: _device.DEVICE_COUNT, free=lambda ptr: None,
                        CUDARuntimeError=CUDARuntimeError,
                        deviceSynchronize=lambda: _device.synchronize_all(
                            _device.current_device())),

@@ -61,7 +61,7 @@ def test_cuda_aware_auto_asks_the_loaded_libmpi(monkeypatch):
     aware, reason = cuda_aware.configure("auto")
     assert not aware          # no GPU here: neither wheel is built with CUDA
     assert reason.startswith("MPIX_Query_cuda_support() = 0 in %s" % family), reason
-    hint = "MPICH_GPU_SUPPORT_ENABLED" if family == "MPICH" else "OMPI_MCA_opal_cuda_support"
+    hint = "MPIR_CVAR_ENABLE_GPU" if family == "MPICH" else "OMPI_MCA_opal_cuda_support"
     monkeypatch.setenv(hint, "1" if family == "MPICH" else "true")
     aware, reason = cuda_aware.configure("auto")
     assert not aware and hint in reason       # the library's 0 wins, and the log says so
