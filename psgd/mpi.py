@@ -106,12 +106,19 @@ class Node:
 
     @property
     def local_rank(self):
-        """Rank among the processes sharing this node's memory (picks the GPU)."""
+        """Rank among the processes sharing this node's memory (picks the GPU).
+        Collective on the first call (local_rank or local_size)."""
         if self._local is None:
             shared = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
             self._local = (shared.Get_rank(), shared.Get_size())
             shared.Free()
         return self._local[0]
+
+    @property
+    def local_size(self):
+        """Processes sharing this node's memory."""
+        self.local_rank
+        return self._local[1]
 
     def allreduce_counts(self, n_k, bad=False):
         """(sum of n_k, ranks with n_k > 0, ranks flagging a bad count) in one

@@ -84,7 +84,9 @@ class Trainer(mpi.Closeable):
         args, error, local = self.args, None, None
         try:
             self.parallel.check()
-            self.backend = get_backend(args.backend, mpi.Node(self.comm).local_rank, args.gpu_ids)
+            node = mpi.Node(self.comm)
+            self.backend = get_backend(args.backend, node.local_rank, args.gpu_ids,
+                                       node.local_size)
             cuda_aware.configure(args.cuda_aware)
             local = read_local(args, self.rank, self.size, self.worker_index, self.num_workers)
         except (UsageError, ValueError, OSError) as exc:
