@@ -142,13 +142,19 @@ def __getattr__(name):
     return value
 
 
-def install(device_count=_device.DEVICE_COUNT, toolkit=True):
+def install(device_count=_device.DEVICE_COUNT, toolkit=True, nccl=False):
     """Make psgd's cupy backend run on a fresh stand-in: `device_count`
     GPUs, device 0 current, a host-only MPI (set_mpi), kernels that compile
-    unless `toolkit` is False (a CuPy without the CUDA headers)."""
+    unless `toolkit` is False (a CuPy without the CUDA headers), and
+    cupy.cuda.nccl only with `nccl` (a CuPy without libnccl otherwise)."""
     from psgd import backend
     _device.reset(device_count)
     _device._state.toolkit = toolkit
+    if nccl:
+        from . import nccl as _nccl
+        cuda.nccl = _nccl
+    else:
+        cuda.__dict__.pop("nccl", None)
     return backend.use_device_modules(_self, _cupyx)
 
 
