@@ -130,22 +130,40 @@ class FlatBuffer:
         """Device -> pinned mirror (of elements [lo, hi), default all);
         returns the mirror once the copy is done (the stream discipline of
         psgd/mpi.py: MPI may read it at once)."""
-        if self.on_device:
-            hi = self.size if hi is None else hi
-            stream = self.xp.cuda.get_current_stream()
-            self.data[lo:hi].get(stream=stream, out=self.host[lo:hi])
-            stream.synchronize()
+        done = self.to_host_async(lo, hi)
+        if done is not None:
+            done.synchronize()
         return self.host
 
     def from_host(self, lo=0, hi=None):
         """Pinned mirror -> device (of elements [lo, hi), default all);
         returns once the copy is done, so MPI may write the mirror again and
         kernels may read `data`."""
-        if self.on_device:
-            hi = self.size if hi is None else hi
-            stream = self.xp.cuda.get_current_stream()
-            self.data[lo:hi].set(self.host[lo:hi], stream=stream)
-            stream.synchronize()
+        done = self.from_host_async(lo, hi)
+        if done is not None:
+            done.synchronize()
+
+    def to_host_async(self, lo=0, hi=None):
+        """The copy of to_host queued on the current stream; returns the
+        event that says it is done (None on the host backend). The mirror
+        may not be read before that."""
+        if not self.on_device:
+            return None
+        hi = self.size if hi is None else hi
+        stream = self.xp.cuda.get_current_stream()
+        self.data[lo:hi].get(stream=stream, out=self.host[lo:hi])
+        return stream.record()
+
+    def from_host_async(self, lo=0, hi=None):
+        """The copy of from_host queued on the current stream (kernels
+        queued after it read the copy); the event says when the mirror may
+        be written again. None on the host backend."""
+        if not self.on_device:
+            return None
+        hi = self.size if hi is None else hi
+        stream = self.xp.cuda.get_current_stream()
+        self.data[lo:hi].set(self.host[lo:hi], stream=stream)
+        return stream.record()
 
 
 def shard_bounds(size, count):

@@ -110,12 +110,21 @@ def _ranges(lo, hi, step):
 def pipelined_allreduce(exchange, before, after):
     """exchange.allreduce(before, after) in chunks: Iallreduce per chunk,
     PIPELINE_DEPTH of them in flight, each chunk's `before` and `after`
-    running while its neighbours travel."""
+    running while its neighbours travel. A device buffer's chunks are staged
+    through the pinned mirror by copies queued on the stream: the host
+    waits for a stage-out by polling its event with MPI progress (a Test)
+    in between, so the copy, the sums in flight and the kernels overlap;
+    stage-ins and `after` follow in stream order, and the stream is waited
+    for once at the end (rule 2 for the whole buffer)."""
     buffer, comm = exchange.buffer, exchange.comm
     wire = buffer.host          # host memory only (above): the data, or the pinned mirror
     on_host = not buffer.on_device
     chunks = list(_ranges(0, buffer.size, pipeline_chunk()))
     flight = []   # (lo, hi, request), oldest first
+
+    def progress():
+        if flight:
+            flight[0][2].Test()
 
     def work(fn, lo, hi):
         """fn over [lo, hi): in pieces with MPI progress between them on the
@@ -127,22 +136,21 @@ def pipelined_allreduce(exchange, before, after):
             return
         for a, b in _ranges(lo, hi, PROGRESS_BLOCK):
             fn(a, b)
-            if flight:
-                flight[0][2].Test()
+            progress()
 
     def post(lo, hi):
         work(before, lo, hi)
-        if exchange.direct:
-            mpi.device_ready(buffer.data)      # rule 1: the chunk's kernels are done
-        else:
-            buffer.to_host(lo, hi)             # rule 1: staged out, copy complete
+        if not on_host:                        # rule 1: staged out, copy complete
+            staged = buffer.to_host_async(lo, hi)
+            while not staged.done:
+                progress()
         flight.append((lo, hi, comm.Iallreduce(MPI.IN_PLACE, wire[lo:hi], op=MPI.SUM)))
 
     def finish():
         lo, hi, request = flight.pop(0)
         request.Wait()
-        if not exchange.direct:
-            buffer.from_host(lo, hi)           # rule 2: staged in before `after` reads
+        if not on_host:
+            buffer.from_host_async(lo, hi)     # rule 2: `after` follows it on the stream
         work(after, lo, hi)
 
     for lo, hi in chunks:
@@ -151,3 +159,5 @@ def pipelined_allreduce(exchange, before, after):
         post(lo, hi)
     while flight:
         finish()
+    if not on_host:
+        buffer.xp.cuda.get_current_stream().synchronize()

@@ -94,7 +94,12 @@ class Event:
 
     @property
     def done(self):
-        return self._stream is None or self._stream._done >= self._position
+        """The query of a running device: each one lets the event's stream
+        advance by one operation (the device works while the host polls)."""
+        if self._stream is None or self._stream._done >= self._position:
+            return True
+        self._stream._run_until(self._stream._done + 1)
+        return self._stream._done >= self._position
 
 
 class _Device:
