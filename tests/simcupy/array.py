@@ -127,9 +127,15 @@ class ndarray:
         return (2, self._device_id)         # kDLCUDA: what CuPy answers
 
     def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
-        """The path mpi4py tries first (and torch.from_dlpack takes): the
-        device memory as it is, for a CUDA-aware MPI only."""
-        device.hand_to_mpi("DLPack")
+        """The path mpi4py tries first, and torch.from_dlpack takes. mpi4py
+        asks with stream=-1 (no synchronization: MPI reads the memory as it
+        is), so only a CUDA-aware MPI may; a consumer naming its stream
+        (torch) gets the memory once the work queued on it is done, as the
+        DLPack protocol has the producer order it."""
+        if stream == -1:
+            device.hand_to_mpi("DLPack")
+        else:
+            self._stream(None).synchronize()
         kwargs = {} if max_version is None else {"max_version": max_version}
         return self._phys.__dlpack__(**kwargs)
 

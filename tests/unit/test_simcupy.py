@@ -22,11 +22,27 @@ def test_a_host_only_mpi_rejects_device_memory(sim):
         MPI.COMM_SELF.Allreduce(MPI.IN_PLACE, a)        # DLPack: mpi4py's first try
     with pytest.raises(BufferError, match="not CUDA-aware"):
         a.__cuda_array_interface__
+    b = sim.asarray(np.ones(2)) * 3                     # queued
+    np.testing.assert_array_equal(np.from_dlpack(_Consumer(b)), 3.0)   # torch's way: in order
     sim.set_mpi(cuda_aware=True)
     sim.cuda.get_current_stream().synchronize()
     MPI.COMM_SELF.Allreduce(MPI.IN_PLACE, a)            # through DLPack, as mpi4py does
     np.testing.assert_array_equal(a.get(), 1.0)
     assert a.__dlpack_device__() == (2, 0)
+
+
+class _Consumer:
+    """A DLPack consumer that names its stream (as torch.from_dlpack does),
+    shown to NumPy as a host producer to read the result."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+    def __dlpack__(self, stream=None, **kwargs):
+        return self.array.__dlpack__(stream=1)
 
 
 def test_an_array_of_another_device_is_an_error(sim):
