@@ -87,14 +87,6 @@ def test_device_buffers_are_staged_unless_mpi_is_cuda_aware(monkeypatch):
     cuda_aware.configure()
 
 
-@pytest.fixture
-def sim():
-    import simcupy
-    previous = simcupy.install()
-    yield simcupy
-    simcupy.uninstall(previous)
-
-
 def test_a_cupy_that_cannot_compile_kernels_is_not_a_gpu_backend(sim):
     """cupy-cuda12x without [ctk] on a host with only the driver: the device
     count says yes, the first kernel says no. auto runs on the host and

@@ -9,13 +9,6 @@ import simcupy
 from simcupy import device
 
 
-@pytest.fixture
-def sim():
-    previous = simcupy.install()
-    yield simcupy
-    simcupy.uninstall(previous)
-
-
 def test_a_host_only_mpi_rejects_device_memory(sim):
     a = sim.asarray(np.ones(4, np.float32))
     with pytest.raises(BufferError, match="not CUDA-aware"):
