@@ -25,6 +25,7 @@ def sim():
     yield simcupy
     simcupy.cuda.Device().synchronize()
     simcupy.uninstall(previous)
+    nccl.configure()                  # a trainer's --exchange stays for the process
 
 
 @pytest.mark.parametrize("name", ["bsp", "bmuf", "sod"])
@@ -99,3 +100,18 @@ def test_ranks_that_disagree_on_the_exchange_are_told(comm, sim):
     kind = "nccl" if comm.rank == 0 else "mpi"
     with pytest.raises(UsageError, match="exchange"):
         psgd.create("bsp", [sim.zeros(3)], comm=comm, exchange=kind)
+
+
+def test_training_takes_nccl_and_says_so(comm, sim, capsys):
+    import psgd.train
+    small = dict(model="mlp", hidden="16", num_samples=400, epochs=1, stall_timeout=120.0)
+    on_device = psgd.train.train(comm=comm, algo="bmuf", backend="cupy", quiet=False,
+                                 exchange="nccl", **small)
+    logged = [l for l in capsys.readouterr().out.splitlines() if "exchange:" in l]
+    on_host = psgd.train.train(comm=comm, algo="bmuf", backend="numpy", quiet=True, **small)
+    assert on_device["train_loss"] == pytest.approx(on_host["train_loss"], rel=1e-5)
+    if comm.rank == 0:
+        assert len(logged) == 1 and "exchange: NCCL 2.18.5" in logged[0], logged
+    with pytest.raises(UsageError, match="keep the model on the host"):
+        psgd.train.train(comm=comm, algo="bsp", backend="numpy", quiet=True, exchange="nccl",
+                         **small)
