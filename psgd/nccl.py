@@ -134,10 +134,10 @@ class NcclExchange:
     def __init__(self, comm, buffer, communicator):
         self.comm = comm
         self.buffer = buffer
-        self.communicator = communicator
-        self._nccl = cupy_module().cuda.nccl
-        self._type = {np.dtype(np.float32): self._nccl.NCCL_FLOAT32,
-                      np.dtype(np.float64): self._nccl.NCCL_FLOAT64}[np.dtype(buffer.dtype)]
+        self.nccl = communicator      # NCCL's (not mpi4py's) allReduce and bcast
+        self._lib = cupy_module().cuda.nccl
+        self._type = {np.dtype(np.float32): self._lib.NCCL_FLOAT32,
+                      np.dtype(np.float64): self._lib.NCCL_FLOAT64}[np.dtype(buffer.dtype)]
 
     def spans_hosts(self):
         return False      # nothing here is pipelined by psgd: NCCL pipelines itself
@@ -152,12 +152,12 @@ class NcclExchange:
         if before:
             before(0, data.size)
         if data.size:
-            self.communicator.allReduce(data.data.ptr, data.data.ptr, data.size, self._type,
-                                        self._nccl.NCCL_SUM, self._stream())
+            self.nccl.allReduce(data.data.ptr, data.data.ptr, data.size, self._type,
+                                self._lib.NCCL_SUM, self._stream())
         if after:
             after(0, data.size)
 
     def bcast(self, root=mpi.MAIN_RANK):
         data = self.buffer.data
         if data.size:
-            self.communicator.bcast(data.data.ptr, data.size, self._type, root, self._stream())
+            self.nccl.bcast(data.data.ptr, data.size, self._type, root, self._stream())

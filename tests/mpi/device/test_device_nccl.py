@@ -32,7 +32,7 @@ def sim():
 def test_auto_takes_nccl_and_the_replays_hold(comm, sim, name):
     update, final_of, options = pipelines.REPLAYS[name]
     sync = collective.check(comm, name, update, final_of, xp=sim, **options)
-    assert isinstance(sync.exchange, nccl.NcclExchange) and sync.exchange.communicator.calls > 3
+    assert isinstance(sync.exchange, nccl.NcclExchange) and sync.exchange.nccl.calls > 3
     assert "NCCL 2.18.5" in nccl.describe()
 
 
