@@ -23,8 +23,6 @@ dropped them). The server algorithms (easgd, asgd, masgd) return
 `sync.role == "server"` on rank 0: call `sync.run()` there; rank 0's model
 then holds the center.
 """
-import contextlib
-
 import numpy as np
 import torch
 
@@ -282,9 +280,20 @@ def _current(device):
     without torch.cuda.set_device(1) would otherwise meet "peer access is
     unavailable"); nothing on the CPU."""
     if device.type != "cuda":
-        return contextlib.nullcontext()
+        return _ON_THE_HOST
     import cupy
     return cupy.cuda.Device(device.index)
+
+
+class _OnTheHost:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+
+_ON_THE_HOST = _OnTheHost()
 
 
 def _torch_done(device):
