@@ -87,6 +87,20 @@ def array_module(array):
     return cupy_module().get_array_module(array)
 
 
+def off_device(array):
+    """A line when `array` lives on a GPU other than the current one (psgd's
+    kernels, copies and streams are the current device's: CuPy would fail
+    later, deep inside a sync, with "peer access is unavailable"), else None."""
+    if isinstance(array, np.ndarray):
+        return None
+    here, there = cupy_module().cuda.Device().id, array.device.id
+    if here == there:
+        return None
+    return ("on GPU %d while GPU %d is current: make GPU %d current first "
+            "(cupy.cuda.Device(%d).use(), or `with cupy.cuda.Device(%d):`)"
+            % (there, here, there, there, there))
+
+
 def _cupy_with_devices():
     try:
         cupy = cupy_module()

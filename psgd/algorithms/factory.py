@@ -6,7 +6,7 @@ import numbers
 import numpy as np
 
 from .. import agreement, mpi, nccl, pieces, pipeline
-from ..backend import array_module
+from ..backend import array_module, off_device
 from ..buffers import FlatBuffer
 from ..errors import UsageError
 from . import lifecycle
@@ -136,7 +136,7 @@ def _arrays(arrays, what):
 def _as_buffer(arrays, what):
     arrays = _arrays(arrays, what)
     for i, a in enumerate(arrays):
-        problem = array_problem(a)
+        problem = array_problem(a) or off_device(a)
         if problem:
             raise UsageError("%s[%d] is %s" % (what, i, problem))
     dtypes = {np.dtype(a.dtype) for a in arrays}

@@ -115,3 +115,4 @@ def test_training_takes_nccl_and_says_so(comm, sim, capsys):
     with pytest.raises(UsageError, match="keep the model on the host"):
         psgd.train.train(comm=comm, algo="bsp", backend="numpy", quiet=True, exchange="nccl",
                          **small)
+
