@@ -128,8 +128,7 @@ class NcclExchange:
     """allreduce and bcast of a device FlatBuffer through NCCL, queued on
     the current stream (the class docstring of the module)."""
 
-    direct = True     # the device buffer itself goes to the wire
-    piece = None
+    direct = True     # the device buffer itself goes to the wire: never pipelined by psgd
 
     def __init__(self, comm, buffer, communicator):
         self.comm = comm
@@ -138,9 +137,6 @@ class NcclExchange:
         self._lib = cupy_module().cuda.nccl
         self._type = {np.dtype(np.float32): self._lib.NCCL_FLOAT32,
                       np.dtype(np.float64): self._lib.NCCL_FLOAT64}[np.dtype(buffer.dtype)]
-
-    def spans_hosts(self):
-        return False      # nothing here is pipelined by psgd: NCCL pipelines itself
 
     def _stream(self):
         return cupy_module().cuda.get_current_stream().ptr

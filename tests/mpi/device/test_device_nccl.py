@@ -116,3 +116,12 @@ def test_training_takes_nccl_and_says_so(comm, sim, capsys):
         psgd.train.train(comm=comm, algo="bsp", backend="numpy", quiet=True, exchange="nccl",
                          **small)
 
+
+
+def test_reset_to_broadcasts_through_nccl(comm, sim):
+    sync = psgd.create("bmuf", [sim.zeros(4)], comm=comm)
+    assert isinstance(sync.exchange, nccl.NcclExchange)
+    mine = sim.full(4, comm.rank + 5.0)             # queued: the broadcast reads it in order
+    sync.reset_to([mine] if comm.rank == 0 else None)
+    np.testing.assert_array_equal(sync.params[0].get(), 5.0)
+    sync.stop(0)
