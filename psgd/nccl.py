@@ -94,6 +94,12 @@ def choose(comm, buffer, kind, algorithm, server_based):
                 if (codes == k).any()))
         return None
     communicator = join(comm, nccl)
+    if communicator is None:
+        _state["chosen"] = None
+        if kind == "nccl":
+            raise UsageError("exchange nccl: rank 0 could not make an NCCL unique id "
+                             "(ncclGetUniqueId failed)")
+        return None
     _state["chosen"] = "exchange: NCCL %s sums the collective algorithms' buffers on the " \
                        "device (%s)" % (_version(nccl), "forced by --exchange nccl"
                                         if kind == "nccl" else "every rank has a GPU and NCCL")
@@ -110,15 +116,21 @@ def _version(nccl):
 
 def join(comm, nccl):
     """One NCCL communicator over the ranks of `comm`, on the current device:
-    rank 0's unique id reaches the others through one MPI broadcast."""
+    rank 0's unique id reaches the others through one MPI broadcast. None on
+    every rank when rank 0 cannot make the id (the others would otherwise
+    wait in NCCL's set-up for ever)."""
     uid = np.zeros(128, dtype=np.int64)
+    size = np.zeros(1, dtype=np.int64)
     if comm.Get_rank() == mpi.MAIN_RANK:
-        made = np.asarray(nccl.get_unique_id(), dtype=np.int64)
-        uid[:made.size] = made
-        size = np.array([made.size], dtype=np.int64)
-    else:
-        size = np.zeros(1, dtype=np.int64)
+        try:
+            made = np.asarray(nccl.get_unique_id(), dtype=np.int64).ravel()[:uid.size]
+            uid[:made.size] = made
+            size[0] = made.size
+        except Exception:   # NCCL's own error (no network interface, no device): size 0
+            size[0] = 0
     comm.Bcast([size, MPI.INT64_T], root=mpi.MAIN_RANK)
+    if size[0] == 0:
+        return None
     comm.Bcast([uid, MPI.INT64_T], root=mpi.MAIN_RANK)
     return nccl.NcclCommunicator(comm.Get_size(), tuple(int(v) for v in uid[:size[0]]),
                                  comm.Get_rank())

@@ -125,3 +125,15 @@ def test_reset_to_broadcasts_through_nccl(comm, sim):
     sync.reset_to([mine] if comm.rank == 0 else None)
     np.testing.assert_array_equal(sync.params[0].get(), 5.0)
     sync.stop(0)
+
+
+def test_a_unique_id_that_cannot_be_made_leaves_no_rank_waiting(comm, sim, monkeypatch):
+    def broken():
+        raise RuntimeError("NCCL_ERROR_SYSTEM_ERROR")
+    if comm.rank == 0:
+        monkeypatch.setattr(sim.cuda.nccl, "get_unique_id", broken)
+    sync = psgd.create("bsp", [sim.zeros(3)], comm=comm)          # auto: MPI then
+    assert not isinstance(sync.exchange, nccl.NcclExchange)
+    sync.stop(0)
+    with pytest.raises(UsageError, match="rank 0 could not make an NCCL unique id"):
+        psgd.create("bsp", [sim.zeros(3)], comm=comm, exchange="nccl")
