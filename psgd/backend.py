@@ -1,12 +1,18 @@
 """Array backend: NumPy on the host, CuPy on a GPU.
 
-`get_backend("auto")` picks CuPy when it imports and sees a device, NumPy
-otherwise; without a name, `PSGD_BACKEND` (default auto) names it. The GPU is chosen by the
-rank's local (per-node) rank, or from an explicit device-id list.
+`get_backend("auto")` picks CuPy when it imports, sees a device and can
+compile a kernel there (a CuPy wheel without its [ctk] extra on a host with
+only the driver cannot: it has no CUDA headers), NumPy otherwise; without a
+name, `PSGD_BACKEND` (default auto) names it. The GPU is chosen by the
+rank's local (per-node) rank, or from an explicit device-id list; more
+ranks on a host than GPUs share them, and say so.
 """
 import os
+import warnings
 
 import numpy as np
+
+from .errors import UsageError
 
 BACKENDS = ("auto", "numpy", "cupy")
 
@@ -81,6 +87,20 @@ def array_module(array):
     return cupy_module().get_array_module(array)
 
 
+def off_device(array):
+    """A line when `array` lives on a GPU other than the current one (psgd's
+    kernels, copies and streams are the current device's: CuPy would fail
+    later, deep inside a sync, with "peer access is unavailable"), else None."""
+    if isinstance(array, np.ndarray):
+        return None
+    here, there = cupy_module().cuda.Device().id, array.device.id
+    if here == there:
+        return None
+    return ("on GPU %d while GPU %d is current: make GPU %d current first "
+            "(cupy.cuda.Device(%d).use(), or `with cupy.cuda.Device(%d):`)"
+            % (there, here, there, there, there))
+
+
 def _cupy_with_devices():
     try:
         cupy = cupy_module()
@@ -103,8 +123,37 @@ def parse_device_ids(text):
         raise ValueError("--gpu-ids must be a comma-separated list of integers, got %r" % (text,))
 
 
-def get_backend(name=None, local_rank=0, device_ids=None):
-    """The backend for this rank. `name` is auto | numpy | cupy (env PSGD_BACKEND)."""
+def kernel_problem(cupy):
+    """None if CuPy compiles and runs a kernel on the current device, else
+    one line naming what is missing."""
+    try:
+        probe = cupy.ElementwiseKernel("T x", "T y", "y = x + (T)1", "probe")
+        out = probe(cupy.zeros(1, dtype="float32"), cupy.empty(1, dtype="float32"))
+        cupy.cuda.get_current_stream().synchronize()
+        if float(out[0]) == 1.0:
+            return None
+        return "a test kernel computed a wrong value"
+    except Exception as exc:   # CompileException, NVRTC or driver errors: all say "no"
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        return "CuPy cannot compile kernels (%s: %s); install CuPy with its CUDA headers " \
+               "(pip install 'cupy-cuda12x[ctk]', as psgd's [gpu] extra does) or the " \
+               "CUDA toolkit" % (type(exc).__name__, first)
+
+
+def shared_gpus(local_size, usable):
+    """The warning for more ranks on a host than GPUs, or None."""
+    if local_size is None or local_size <= usable:
+        return None
+    return ("%d ranks on this host share %d GPU%s (rank i uses GPU i mod %d): they compete "
+            "for each GPU's memory and time; start at most %d ranks per host, or pass "
+            "--gpu-ids to say the sharing is meant" % (
+                local_size, usable, "" if usable == 1 else "s", usable, usable))
+
+
+def get_backend(name=None, local_rank=0, device_ids=None, local_size=None):
+    """The backend for this rank. `name` is auto | numpy | cupy (env
+    PSGD_BACKEND); `local_size`: ranks on this host (warns when they
+    outnumber the GPUs)."""
     name = name or os.environ.get("PSGD_BACKEND", "auto")
     if name not in BACKENDS:
         raise ValueError("unknown backend %r; valid: %s" % (name, ", ".join(BACKENDS)))
@@ -124,4 +173,14 @@ def get_backend(name=None, local_rank=0, device_ids=None):
     if not 0 <= device < count:
         raise ValueError("GPU id %d does not exist (this node has %d)" % (device, count))
     cupy.cuda.Device(device).use()
+    problem = kernel_problem(cupy)
+    if problem is not None:
+        if name == "cupy":
+            raise UsageError("--backend cupy: " + problem)
+        warnings.warn("--backend auto: running on the host: " + problem)
+        return NUMPY
+    if not ids:
+        sharing = shared_gpus(local_size, count)
+        if sharing:
+            warnings.warn(sharing)
     return Backend(cupy, device)

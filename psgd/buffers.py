@@ -41,6 +41,7 @@ class FlatBuffer:
         if offset != data.size:
             raise ValueError("shapes cover %d elements, buffer has %d" % (offset, data.size))
         self._host = None
+        self._whole = None    # (buffer, lo, hi) of a part
 
     # construction -----------------------------------------------------------
     @classmethod
@@ -107,8 +108,7 @@ class FlatBuffer:
         a GPU, the matching slice of the pinned mirror (a server's shard): MPI
         on the part goes through the same mirror as MPI on the whole."""
         part = FlatBuffer(self.data[lo:hi], [(hi - lo,)])
-        if self.on_device:
-            part._host = self.host[lo:hi]
+        part._whole = (self, lo, hi)      # the mirror's slice, when staged MPI first asks
         return part
 
     # host mirror ---------------------------------------------------------------
@@ -119,29 +119,51 @@ class FlatBuffer:
         if not self.on_device:
             return self.data
         if self._host is None:
-            self._host = empty_pinned(self.data.shape, self.data.dtype)
+            if self._whole is not None:   # no mirror on the direct path, whole or part
+                whole, lo, hi = self._whole
+                self._host = whole.host[lo:hi]
+            else:
+                self._host = empty_pinned(self.data.shape, self.data.dtype)
         return self._host
 
     def to_host(self, lo=0, hi=None):
         """Device -> pinned mirror (of elements [lo, hi), default all);
         returns the mirror once the copy is done (the stream discipline of
         psgd/mpi.py: MPI may read it at once)."""
-        if self.on_device:
-            hi = self.size if hi is None else hi
-            stream = self.xp.cuda.get_current_stream()
-            self.data[lo:hi].get(stream=stream, out=self.host[lo:hi])
-            stream.synchronize()
+        done = self.to_host_async(lo, hi)
+        if done is not None:
+            done.synchronize()
         return self.host
 
     def from_host(self, lo=0, hi=None):
         """Pinned mirror -> device (of elements [lo, hi), default all);
         returns once the copy is done, so MPI may write the mirror again and
         kernels may read `data`."""
-        if self.on_device:
-            hi = self.size if hi is None else hi
-            stream = self.xp.cuda.get_current_stream()
-            self.data[lo:hi].set(self.host[lo:hi], stream=stream)
-            stream.synchronize()
+        done = self.from_host_async(lo, hi)
+        if done is not None:
+            done.synchronize()
+
+    def to_host_async(self, lo=0, hi=None):
+        """The copy of to_host queued on the current stream; returns the
+        event that says it is done (None on the host backend). The mirror
+        may not be read before that."""
+        if not self.on_device:
+            return None
+        hi = self.size if hi is None else hi
+        stream = self.xp.cuda.get_current_stream()
+        self.data[lo:hi].get(stream=stream, out=self.host[lo:hi])
+        return stream.record()
+
+    def from_host_async(self, lo=0, hi=None):
+        """The copy of from_host queued on the current stream (kernels
+        queued after it read the copy); the event says when the mirror may
+        be written again. None on the host backend."""
+        if not self.on_device:
+            return None
+        hi = self.size if hi is None else hi
+        stream = self.xp.cuda.get_current_stream()
+        self.data[lo:hi].set(self.host[lo:hi], stream=stream)
+        return stream.record()
 
 
 def shard_bounds(size, count):

@@ -16,15 +16,23 @@ How the answer is read:
   crashes on the first device pointer while a wrong no only costs two PCIe
   copies. The hint is then named in the reason, so the log shows the
   contradiction and --cuda-aware yes can overrule it knowingly.
-- No such symbol (MVAPICH2, Cray MPICH without it, older builds): the
-  family's own switch decides (MV2_USE_CUDA=1, MPICH_GPU_SUPPORT_ENABLED=1,
+- No such symbol (MVAPICH2, older builds), or a library where calling it
+  is not safe (MPICH before 4.0 and Cray MPICH, whose builds may abort in
+  it at start-up): the family's own switch decides (MV2_USE_CUDA=1,
+  Cray's MPICH_GPU_SUPPORT_ENABLED=1, MPICH's MPIR_CVAR_ENABLE_GPU=1,
   OMPI_MCA_opal_cuda_support=true); a hint of another family is ignored.
+- Open MPI 5 may answer 0 when MPI started before CUDA was initialized in
+  the process (mpi4py starts MPI at import): psgd.worker initializes CUDA
+  first under Open MPI's launcher (_cuda_first.py), and a 0 says when CUDA
+  came too late for the answer to mean anything.
 """
 import ctypes
 import os
+import re
 
 from mpi4py import MPI
 
+from . import _cuda_first
 from .errors import UsageError
 
 SETTINGS = ("auto", "yes", "no")
@@ -35,7 +43,9 @@ _WORDS = {"auto": "auto", "": "auto", "yes": "yes", "1": "yes", "true": "yes", "
 _HINTS = (("MVAPICH", "MV2_USE_CUDA", "1"),
           ("CRAY MPICH", "MPICH_GPU_SUPPORT_ENABLED", "1"),
           ("Open MPI", "OMPI_MCA_opal_cuda_support", "true"),
-          ("MPICH", "MPICH_GPU_SUPPORT_ENABLED", "1"))  # after the MPICH derivatives
+          ("MPICH", "MPIR_CVAR_ENABLE_GPU", "1"))  # after the MPICH derivatives
+QUERY_SINCE = {"MPICH": (4, 0)}      # MPICH's own version that has a safe query
+NO_QUERY = ("CRAY MPICH", "MVAPICH")
 
 _decision = None      # (aware, reason), once decided
 
@@ -109,13 +119,31 @@ def libmpi():
     return None, None
 
 
-def _mapped_libmpi():
+def _mapped_libmpi(maps_path="/proc/self/maps"):
+    """The MPI libraries mapped into this process: libmpi.so.* (MPICH,
+    Open MPI) first, then the vendors' libmpi_<flavour>.so.* (Cray's
+    libmpi_cray, libmpi_gnu_123, libmpi_nvidia ...)."""
     try:
-        with open("/proc/self/maps") as maps:
+        with open(maps_path) as maps:
             paths = {line.split()[-1] for line in maps if "/libmpi" in line}
     except OSError:
         return []
-    return sorted(p for p in paths if os.path.basename(p).startswith("libmpi."))
+    names = {p: os.path.basename(p) for p in paths}
+    plain = sorted(p for p, n in names.items() if n.startswith("libmpi."))
+    flavoured = sorted(p for p, n in names.items() if n.startswith("libmpi_") and ".so" in n
+                       and not n.startswith(("libmpi_cxx", "libmpi_mpifh", "libmpi_usempi")))
+    return plain + flavoured
+
+
+def query_is_safe(family, version_text):
+    """Whether MPIX_Query_cuda_support may be called in this library."""
+    if family in NO_QUERY:
+        return False
+    since = QUERY_SINCE.get(family)
+    if since is None:
+        return True
+    match = re.search(r"MPICH Version:\s*(\d+)\.(\d+)", version_text)
+    return match is not None and (int(match.group(1)), int(match.group(2))) >= since
 
 
 def detect():
@@ -125,16 +153,23 @@ def detect():
     path, lib = libmpi()
     query = getattr(lib, "MPIX_Query_cuda_support", None) if lib is not None else None
     where = "%s (%s)" % (family, os.path.basename(path) if path else "libmpi not found")
+    if query is not None and not query_is_safe(family, MPI.Get_library_version()):
+        where += ", whose MPIX_Query_cuda_support is not safe to call"
+        query = None
     if query is not None:
         query.restype = ctypes.c_int
         if query():
             return True, "MPIX_Query_cuda_support() = 1 in %s" % where
         reason = "MPIX_Query_cuda_support() = 0 in %s" % where
+        if family == "Open MPI" and not _cuda_first.initialized():
+            reason += " (MPI started before CUDA was initialized: Open MPI 5 may answer 0 " \
+                      "then; python -m psgd.worker initializes CUDA first)"
         if hinted:
             reason += "; %s=%s is set, but the library's answer wins (--cuda-aware yes " \
                       "overrules it)" % hint
         return False, reason
     if hinted:
-        return True, "%s=%s; %s has no MPIX_Query_cuda_support" % (hint[0], hint[1], where)
-    return False, "%s has no MPIX_Query_cuda_support%s" % (
+        return True, "%s=%s; %s has no usable MPIX_Query_cuda_support" % (
+            hint[0], hint[1], where)
+    return False, "%s has no usable MPIX_Query_cuda_support%s" % (
         where, " and %s is not %s" % hint if hint else "")

@@ -104,14 +104,24 @@ class Node:
     def is_main(self):
         return self.rank == MAIN_RANK
 
-    @property
-    def local_rank(self):
-        """Rank among the processes sharing this node's memory (picks the GPU)."""
+    def _shared(self):
+        """(rank, size) among the processes sharing this node's memory;
+        collective on the first call."""
         if self._local is None:
             shared = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
             self._local = (shared.Get_rank(), shared.Get_size())
             shared.Free()
-        return self._local[0]
+        return self._local
+
+    @property
+    def local_rank(self):
+        """Rank among the processes sharing this node's memory (picks the GPU)."""
+        return self._shared()[0]
+
+    @property
+    def local_size(self):
+        """Processes sharing this node's memory (more than its GPUs: they share)."""
+        return self._shared()[1]
 
     def allreduce_counts(self, n_k, bad=False):
         """(sum of n_k, ranks with n_k > 0, ranks flagging a bad count) in one

@@ -19,6 +19,12 @@ won too. Within one host (shared memory) only buffers of 4M elements and up
 are: below, the pipeline tied at 1e6 and lost at 2e6-4e6 (bmuf 2.7-3.5x ->
 3.1-4.3x), and it won from 1e7 on (a 40 MB sum in chunks that stay in
 cache). 256k-1M elements per chunk did about equally well.
+
+Device memory never goes to Iallreduce: Open MPI's CUDA support (UCX
+included) leaves the non-blocking reductions out, so a CUDA-aware exchange
+of a device buffer sums in one blocking call (the library pipelines its own
+copies there); only host memory (a host buffer, or a device buffer's pinned
+mirror) is pipelined.
 """
 import os
 
@@ -89,7 +95,8 @@ def allreduce(exchange, before=None, after=None):
     Collective: the first call on an exchange asks whether its ranks span
     hosts."""
     size = exchange.buffer.size
-    if (before or after) and size > pipeline_chunk():   # else there is nothing to pipeline
+    device_wire = exchange.direct and exchange.buffer.on_device
+    if (before or after) and size > pipeline_chunk() and not device_wire:
         if pipelined(size, exchange.spans_hosts()):
             return pipelined_allreduce(exchange, before, after)
     return exchange.allreduce(before, after)
@@ -103,12 +110,21 @@ def _ranges(lo, hi, step):
 def pipelined_allreduce(exchange, before, after):
     """exchange.allreduce(before, after) in chunks: Iallreduce per chunk,
     PIPELINE_DEPTH of them in flight, each chunk's `before` and `after`
-    running while its neighbours travel."""
+    running while its neighbours travel. A device buffer's chunks are staged
+    through the pinned mirror by copies queued on the stream: the host
+    waits for a stage-out by polling its event with MPI progress (a Test)
+    in between, so the copy, the sums in flight and the kernels overlap;
+    stage-ins and `after` follow in stream order, and the stream is waited
+    for once at the end (rule 2 for the whole buffer)."""
     buffer, comm = exchange.buffer, exchange.comm
-    wire = buffer.data if exchange.direct else buffer.host
+    wire = buffer.host          # host memory only (above): the data, or the pinned mirror
     on_host = not buffer.on_device
     chunks = list(_ranges(0, buffer.size, pipeline_chunk()))
     flight = []   # (lo, hi, request), oldest first
+
+    def progress():
+        if flight:
+            flight[0][2].Test()
 
     def work(fn, lo, hi):
         """fn over [lo, hi): in pieces with MPI progress between them on the
@@ -120,22 +136,21 @@ def pipelined_allreduce(exchange, before, after):
             return
         for a, b in _ranges(lo, hi, PROGRESS_BLOCK):
             fn(a, b)
-            if flight:
-                flight[0][2].Test()
+            progress()
 
     def post(lo, hi):
         work(before, lo, hi)
-        if exchange.direct:
-            mpi.device_ready(buffer.data)      # rule 1: the chunk's kernels are done
-        else:
-            buffer.to_host(lo, hi)             # rule 1: staged out, copy complete
+        if not on_host:                        # rule 1: staged out, copy complete
+            staged = buffer.to_host_async(lo, hi)
+            while not staged.done:
+                progress()
         flight.append((lo, hi, comm.Iallreduce(MPI.IN_PLACE, wire[lo:hi], op=MPI.SUM)))
 
     def finish():
         lo, hi, request = flight.pop(0)
         request.Wait()
-        if not exchange.direct:
-            buffer.from_host(lo, hi)           # rule 2: staged in before `after` reads
+        if not on_host:
+            buffer.from_host_async(lo, hi)     # rule 2: `after` follows it on the stream
         work(after, lo, hi)
 
     for lo, hi in chunks:
@@ -144,3 +159,5 @@ def pipelined_allreduce(exchange, before, after):
         post(lo, hi)
     while flight:
         finish()
+    if not on_host:
+        buffer.xp.cuda.get_current_stream().synchronize()

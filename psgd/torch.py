@@ -56,10 +56,11 @@ def create(name, model, comm=None, buffers=False, **options):
     params = plan.bind(plan.params)
     grads = plan.bind_grads() if plan.needs_grads else None
     stats = plan.bind(plan.buffers) if plan.buffers else None
-    algorithm = algorithms.create(
-        name, params.numpy_views, comm=comm,
-        grads=None if grads is None else grads.numpy_views,
-        stats=None if stats is None else stats.numpy_views, **options)
+    with _current(plan.device):
+        algorithm = algorithms.create(
+            name, params.numpy_views, comm=comm,
+            grads=None if grads is None else grads.numpy_views,
+            stats=None if stats is None else stats.numpy_views, **options)
     for bound, flat in ((params, algorithm.buffer), (grads, algorithm.grad_buffer),
                         (stats, algorithm.stat_buffer)):
         if bound is not None and flat is not None and flat.data is not bound.flat:
@@ -125,8 +126,7 @@ class _Bound:
                 t.data = view
                 self.views.append(view)
                 offset += t.numel()
-        if device.type == "cuda":
-            torch.cuda.current_stream(device).synchronize()
+        _torch_done(device)
         self.pointers = [v.data_ptr() for v in self.views]
 
     def replaced(self):
@@ -162,22 +162,24 @@ class TorchSync(mpi.Closeable):
         """One sync of algorithm `name` (n_k: samples since the last one).
         `optimizer`: a torch optimizer whose state bmuf resets after each sync
         (reset_local_state, on by default), as Kaldi's trainers do."""
-        self._before()
-        more = self.algorithm.synchronize(n_k)
-        self._after(optimizer)
+        with _current(self._device):
+            self._before()
+            more = self.algorithm.synchronize(n_k)
+            self._after(optimizer)
         return more
 
     def stop(self, n_k=0, optimizer=None):
         """Fold in the last partial block and wait until every worker is done.
         syncgrad: `optimizer.step()` follows every averaged gradient while
         others still train, so this replica stays identical to theirs."""
-        self._before()
-        if self._grads is not None:
-            step = None if optimizer is None else optimizer.step
-            result = self.algorithm.stop(n_k, step=step)
-        else:
-            result = self.algorithm.stop(n_k)
-        self._after(optimizer)
+        with _current(self._device):
+            self._before()
+            if self._grads is not None:
+                step = None if optimizer is None else optimizer.step
+                result = self.algorithm.stop(n_k, step=step)
+            else:
+                result = self.algorithm.stop(n_k)
+            self._after(optimizer)
         return result
 
     def load_state_dict(self, state_dict, strict=True):
@@ -201,13 +203,13 @@ class TorchSync(mpi.Closeable):
                     "load_state_dict: %s" % " ".join(str(exc).split()))
         agreement.agree(self.algorithm.comm, error)
         self._check_binding()
-        if self._device.type == "cuda":
-            torch.cuda.current_stream(self._device).synchronize()
-        self.algorithm.reset_to(self.algorithm.buffer.data if self.algorithm.node.is_main
-                                else None)
-        if self.algorithm.stat_exchange is not None:    # BatchNorm statistics: rank 0's too
-            self.algorithm.stat_exchange.bcast(mpi.MAIN_RANK)
-        self._after(None)
+        with _current(self._device):
+            _torch_done(self._device)
+            self.algorithm.reset_to(self.algorithm.buffer.data if self.algorithm.node.is_main
+                                    else None)
+            if self.algorithm.stat_exchange is not None:    # BatchNorm statistics: rank 0's
+                self.algorithm.stat_exchange.bcast(mpi.MAIN_RANK)
+            self._after(None)
 
     def _load_or_keep(self, state_dict, strict):
         """model.load_state_dict (it copies into the views), or the model
@@ -225,9 +227,10 @@ class TorchSync(mpi.Closeable):
 
     def run(self):
         """Server algorithms, rank 0: serve until every worker has finished."""
-        self._before()
-        stats = self.algorithm.run()
-        self._after(None)
+        with _current(self._device):
+            self._before()
+            stats = self.algorithm.run()
+            self._after(None)
         return stats
 
     # ------------------------------------------------------------------------
@@ -235,11 +238,10 @@ class TorchSync(mpi.Closeable):
         self._check_binding()
         if self._grads is not None:
             self._adopt_grads()
-        if self._device.type == "cuda":
-            torch.cuda.current_stream(self._device).synchronize()
+        _torch_done(self._device)
 
     def _after(self, optimizer):
-        if self._device.type == "cuda":
+        if self._device.type == "cuda":     # psgd's work, on CuPy's stream of the model's GPU
             import cupy
             cupy.cuda.get_current_stream().synchronize()
         if optimizer is not None and getattr(self.algorithm, "reset_local_state", False):
@@ -270,6 +272,35 @@ class TorchSync(mpi.Closeable):
                 elif grad.data_ptr() != view.data_ptr() or grad.shape != view.shape:
                     view.copy_(grad)
                 p.grad = view
+
+
+def _current(device):
+    """The model's GPU made CuPy's current device (psgd's kernels, copies and
+    stream synchronizations run on the current device; a model on cuda:1
+    without torch.cuda.set_device(1) would otherwise meet "peer access is
+    unavailable"); nothing on the CPU."""
+    if device.type != "cuda":
+        return _ON_THE_HOST
+    import cupy
+    return cupy.cuda.Device(device.index)
+
+
+class _OnTheHost:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+
+_ON_THE_HOST = _OnTheHost()
+
+
+def _torch_done(device):
+    """The user's torch work on the model's GPU is done, on whichever of its
+    streams it was queued (not only the current one)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def _unique(named):

@@ -15,3 +15,12 @@ def comm():
     c = MPI.COMM_WORLD.Dup()
     yield c
     c.Free()
+
+
+@pytest.fixture
+def sim():
+    """The simulated device (tests/simcupy), fresh, as psgd's cupy backend."""
+    import simcupy
+    previous = simcupy.install()
+    yield simcupy
+    simcupy.uninstall(previous)

@@ -9,7 +9,7 @@ import numbers
 import numpy as np
 from mpi4py import MPI
 
-from .. import agreement, mpi, pipeline
+from .. import agreement, mpi, nccl, pipeline
 from ..errors import UsageError
 
 REGISTRY = {}
@@ -94,8 +94,9 @@ class Algorithm(mpi.Closeable):
         self.options = options
         self.servers = servers          # server ranks 0..servers-1 (server algorithms)
         self.N = self.workers(self.node.size, servers)
-        self.exchange = mpi.Exchange(comm, buffer)
-        self.stat_exchange = (mpi.Exchange(comm, stat_buffer)
+        self.nccl = None                # the NCCL communicator, when NCCL carries the sums
+        self.exchange = self.make_exchange(buffer)
+        self.stat_exchange = (self.make_exchange(stat_buffer)
                               if stat_buffer is not None and stat_buffer.size else None)
         self.syncs = 0
         self.samples = 0
@@ -105,6 +106,23 @@ class Algorithm(mpi.Closeable):
                 raise TypeError("%s: option %r is not declared in the class (add "
                                 "`%s: type` beside OPTIONS)" % (type(self).__name__, key, key))
             setattr(self, key, value)
+
+    def make_exchange(self, buffer):
+        """The Exchange of `buffer` over this algorithm's communicator: NCCL's
+        once use_nccl gave one (psgd/nccl.py), MPI's otherwise."""
+        if self.nccl is not None:
+            return nccl.NcclExchange(self.comm, buffer, self.nccl)
+        return mpi.Exchange(self.comm, buffer)
+
+    def use_nccl(self, communicator):
+        """psgd.create, before the first exchange: NCCL carries this object's
+        sums and broadcasts (None: MPI stays)."""
+        if communicator is None:
+            return
+        self.nccl = communicator
+        self.exchange = self.make_exchange(self.buffer)
+        if self.stat_exchange is not None:
+            self.stat_exchange = self.make_exchange(self.stat_buffer)
 
     @classmethod
     def declared_options(cls):
@@ -228,6 +246,9 @@ class Algorithm(mpi.Closeable):
     def close(self):
         """Collective: release the communicator psgd.create duplicated.
         The object is unusable afterwards; closing twice does nothing."""
+        if self.nccl is not None:
+            self.nccl.destroy()
+            self.nccl = None
         if self.comm is not None and self.comm != MPI.COMM_NULL:
             self.comm.Free()
         self.comm = None

@@ -5,22 +5,23 @@ import numbers
 
 import numpy as np
 
-from .. import agreement, mpi, pieces, pipeline
-from ..backend import array_module
+from .. import agreement, mpi, nccl, pieces, pipeline
+from ..backend import array_module, off_device
 from ..buffers import FlatBuffer
 from ..errors import UsageError
 from . import lifecycle
 from .base import REGISTRY
 
 
-def describe(name, options, buffer, grad_buffer, stat_buffer=None, servers=1):
+def describe(name, options, buffer, grad_buffer, stat_buffer=None, servers=1, kind="auto"):
     """What must be the same on every rank, the settings that cut messages
     included (message_settings)."""
     return {"algorithm": name, "servers": servers, "dtype": str(buffer.dtype),
             "tensors": len(buffer.shapes), "shapes": [list(s) for s in buffer.shapes],
             "grads": None if grad_buffer is None else [list(s) for s in grad_buffer.shapes],
             "stats": None if stat_buffer is None else [list(s) for s in stat_buffer.shapes],
-            "options": options, **message_settings(REGISTRY[name].server_based)}
+            "options": options, "exchange (--exchange, PSGD_EXCHANGE)": kind,
+            **message_settings(REGISTRY[name].server_based)}
 
 
 def message_settings(server_based):
@@ -38,7 +39,8 @@ def message_settings(server_based):
             else None}
 
 
-def create(name, params, comm=None, grads=None, stats=None, servers=None, **options):
+def create(name, params, comm=None, grads=None, stats=None, servers=None, exchange=None,
+           **options):
     """The object for this rank's role in algorithm `name` (see ALGORITHMS.md).
     Collective over `comm`: any error on any rank is raised on every rank.
     `stats`: optional non-trained arrays (BatchNorm running statistics); like
@@ -46,15 +48,21 @@ def create(name, params, comm=None, grads=None, stats=None, servers=None, **opti
     as rank 0's, and the collective algorithms average them at every sync
     with the model's weights (n_k / n, or uniform under weighting=uniform).
     `servers` (server algorithms; default 1): ranks 0..servers-1 serve, each
-    one contiguous shard of the flat buffer; the other ranks work."""
+    one contiguous shard of the flat buffer; the other ranks work.
+    `exchange`: auto | mpi | nccl, what carries the collective algorithms'
+    sums (default: --exchange / PSGD_EXCHANGE, else auto; psgd/nccl.py)."""
     comm = mpi.communicator(comm)
     error, cls, resolved, buffer, grad_buffer = None, None, None, None, None
     stat_buffer = None
     try:
         mpi.check_environment()
+        kind = nccl.parse(exchange, "exchange") if exchange is not None else nccl.setting()
         if name not in REGISTRY:
             raise UsageError("unknown algorithm %r; valid: %s" % (name, ", ".join(REGISTRY)))
         cls = REGISTRY[name]
+        if kind == "nccl" and cls.server_based:
+            raise UsageError("exchange nccl: %s is a server algorithm, whose exchanges stay on "
+                             "MPI; NCCL serves bsp, bmuf, sod and syncgrad" % name)
         servers = _check_servers(cls, servers, comm.Get_size())
         if cls.server_based and comm.Get_size() < 2:
             raise UsageError("%s needs a server and at least one worker: run with "
@@ -81,10 +89,12 @@ def create(name, params, comm=None, grads=None, stats=None, servers=None, **opti
         error = exc if isinstance(exc, UsageError) else UsageError(str(exc))
     agreement.agree(comm, error)
     comm = comm.Dup()
-    agreement.check_same(comm, describe(name, resolved, buffer, grad_buffer, stat_buffer, servers),
+    agreement.check_same(comm, describe(name, resolved, buffer, grad_buffer, stat_buffer, servers,
+                                          kind),
                          "layout")
     role = cls.for_rank(comm.Get_rank(), servers)
     obj = role(comm, buffer, resolved, grad_buffer, stat_buffer, servers)
+    obj.use_nccl(nccl.choose(comm, buffer, kind, name, cls.server_based))
     obj.exchange.bcast(mpi.MAIN_RANK)
     if obj.stat_exchange is not None:
         obj.stat_exchange.bcast(mpi.MAIN_RANK)
@@ -126,7 +136,7 @@ def _arrays(arrays, what):
 def _as_buffer(arrays, what):
     arrays = _arrays(arrays, what)
     for i, a in enumerate(arrays):
-        problem = array_problem(a)
+        problem = array_problem(a) or off_device(a)
         if problem:
             raise UsageError("%s[%d] is %s" % (what, i, problem))
     dtypes = {np.dtype(a.dtype) for a in arrays}

@@ -66,18 +66,19 @@ class Sod(CollectiveWorker):
         getattr(self, "_" + self.outer)(w_g, g, *state)
         w[...] = w_g
 
+    # In place throughout (kernels.axpy): a scaled copy such as lr * g would
+    # be a model-sized temporary per sync on a device.
     def _sgd(self, w_g, g):
-        w_g -= w_g.dtype.type(self.outer_lr) * g
+        kernels.axpy(w_g, -self.outer_lr, g)
 
     def _momentum(self, w_g, g, v, nesterov=False):
-        t = w_g.dtype.type
-        v *= t(self.outer_momentum)
+        v *= v.dtype.type(self.outer_momentum)
         v += g
         if nesterov:            # w_g -= lr * (g + mu * v)
-            g += t(self.outer_momentum) * v
-            w_g -= t(self.outer_lr) * g
+            kernels.axpy(g, self.outer_momentum, v)
+            kernels.axpy(w_g, -self.outer_lr, g)
         else:
-            w_g -= t(self.outer_lr) * v
+            kernels.axpy(w_g, -self.outer_lr, v)
 
     def _nesterov(self, w_g, g, v):
         self._momentum(w_g, g, v, nesterov=True)
@@ -85,17 +86,17 @@ class Sod(CollectiveWorker):
     def _adam(self, w_g, g, m, s):
         t, xp = w_g.dtype.type, self.buffer.xp
         m *= t(self.beta1)
-        m += t(1 - self.beta1) * g
+        kernels.axpy(m, 1 - self.beta1, g)
         g *= g
         s *= t(self.beta2)
-        s += t(1 - self.beta2) * g
+        kernels.axpy(s, 1 - self.beta2, g)
         bias1 = 1 - self.beta1 ** self.steps
         bias2 = 1 - self.beta2 ** self.steps
         denom = xp.sqrt(s, out=g)         # g is no longer needed
         denom /= t(math.sqrt(bias2))
         denom += t(self.eps)
         xp.divide(m, denom, out=denom)
-        w_g -= t(self.outer_lr / bias1) * denom
+        kernels.axpy(w_g, -self.outer_lr / bias1, denom)
 
     def state_dict(self):
         state = {"global_model": host_copy(self.global_model.data),

@@ -20,7 +20,7 @@ class SyncGrad(CollectiveWorker):
     OPTIONS = {}
 
     def initialized(self):
-        self.grad_exchange = mpi.Exchange(self.comm, self.grad_buffer)
+        self.grad_exchange = self.make_exchange(self.grad_buffer)
         self.restart()
 
     def restart(self):

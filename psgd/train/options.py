@@ -148,6 +148,10 @@ def build_parser(prog="psgd-train"):
                    help="hand device buffers to MPI directly (yes) or stage them through "
                         "pinned host memory (no); auto asks the MPI library "
                         "(env PSGD_CUDA_AWARE; default auto)")
+    g.add_argument("--exchange", default=None, choices=("auto", "mpi", "nccl"),
+                   help="what sums the collective algorithms' device buffers: NCCL, or MPI; "
+                        "auto takes NCCL when every rank has a GPU and NCCL loads "
+                        "(env PSGD_EXCHANGE; default auto)")
     g.add_argument("--model-parallel", action="store_true",
                    help="FC layers model-parallel, conv layers data-parallel")
     g.add_argument("--sync-bn", action="store_true", help="model-parallel: reduce BN statistics")

@@ -8,7 +8,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .. import agreement, cuda_aware, mpi
+from .. import agreement, cuda_aware, mpi, nccl
 from ..backend import get_backend
 from ..errors import UsageError
 from ..nnet import create_optimizer, momentum_option
@@ -90,9 +90,12 @@ class Trainer(mpi.Closeable):
         args, error, local = self.args, None, None
         try:
             self.parallel.check()
-            self.backend = get_backend(args.backend, mpi.Node(self.comm).local_rank, args.gpu_ids)
+            node = mpi.Node(self.comm)
+            self.backend = get_backend(args.backend, node.local_rank, args.gpu_ids,
+                                       node.local_size)
             refuse_idle_flags(args, self.backend.name)
             cuda_aware.configure(args.cuda_aware)
+            nccl.configure(args.exchange)
             local = read_local(args, self.rank, self.size, self.worker_index, self.num_workers)
         except (UsageError, ValueError, OSError) as exc:
             error = exc if isinstance(exc, UsageError) else UsageError(str(exc))
@@ -128,7 +131,7 @@ class Trainer(mpi.Closeable):
         if self.say:
             self._announce()
             if self.backend.is_gpu:
-                kaldi_log(cuda_aware.describe(), "setup")
+                kaldi_log(nccl.describe() or cuda_aware.describe(), "setup")
 
     def _build(self):
         """The whole model (identical on every rank for one seed), the local

@@ -60,6 +60,17 @@ def test_gpu_ids_on_numpy_is_a_warning():
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("flags,needle", [
+    (["--exchange", "nccl"], "exchange nccl: NCCL cannot serve this job: ranks 0, 1 (host "),
+    (["--exchange", "nccl", "--algo", "easgd"], "exchange nccl: easgd is a server algorithm"),
+    (["--exchange", "gloo"], "argument --exchange: invalid choice: 'gloo'"),
+], ids=lambda v: str(v))
+def test_an_exchange_that_cannot_work_is_one_line(flags, needle):
+    result = psgd_train(2, *QUICK, "--epochs", "1", *flags, env={"PSGD_BACKEND": "numpy"})
+    assert_clean_failure(result, needle)
+
+
+@pytest.mark.timeout(60)
 def test_model_flags_that_disagree_with_init_are_an_error(tmp_path):
     model = str(tmp_path / "m.npz")
     assert psgd_train(2, *QUICK, "--epochs", "0", "--out", model).returncode == 0

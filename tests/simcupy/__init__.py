@@ -3,9 +3,11 @@
 Arrays live in their own memory and copies and kernels take effect only
 when the stream they were issued on (or an event recorded on it) is
 synchronized (device.py explains the model); MPI sees host memory, and
-device memory handed to it through __cuda_array_interface__, exactly as it
-is at the call. So a missing synchronization on psgd's sync path sends a
-stale or NaN model, and a test fails.
+device memory handed to it through DLPack or __cuda_array_interface__
+(CUDA-aware MPI only: set_mpi), exactly as it is at the call. So a missing
+synchronization on psgd's sync path sends a stale or NaN model, a device
+pointer given to a host-only MPI fails, and so does an array used while
+another device is current: a test fails.
 
     import simcupy; simcupy.install()   # psgd's cupy backend now runs here
     ...; simcupy.uninstall()
@@ -15,7 +17,8 @@ import numpy as _np
 from . import cupyx as _cupyx
 from . import device as _device
 from .array import Device, launch, ndarray
-from .kernel import ElementwiseKernel
+from .device import set_mpi  # noqa: F401
+from .kernel import CompileException, ElementwiseKernel
 
 __version__ = "0.sim"
 
@@ -81,13 +84,25 @@ class CUDARuntimeError(RuntimeError):
     pass
 
 
+class _StreamType:
+    """cupy.cuda.Stream: a new stream on the current device; `.null` is the
+    current device's null stream."""
+
+    def __call__(self, null=False, non_blocking=False):
+        return _device._state.here().null if null else _device.new_stream(non_blocking)
+
+    null = property(lambda self: _device._state.here().null)
+
+
 cuda = _Namespace(
-    Stream=lambda null=False, non_blocking=False: _device.new_stream(non_blocking),
+    Stream=_StreamType(),
     Event=_device.Event, get_current_stream=_device.get_current_stream, Device=Device,
-    runtime=_Namespace(getDeviceCount=lambda: 1, CUDARuntimeError=CUDARuntimeError,
-                       deviceSynchronize=_device.synchronize_all),
+    runtime=_Namespace(getDeviceCount=lambda: _device.DEVICE_COUNT, free=lambda ptr: None,
+                       CUDARuntimeError=CUDARuntimeError,
+                       deviceSynchronize=lambda: _device.synchronize_all(
+                           _device.current_device())),
+    compiler=_Namespace(CompileException=CompileException),
     alloc_pinned_memory=None)
-cuda.Stream.null = _device.Stream.null
 
 
 class _Generator:
@@ -127,9 +142,19 @@ def __getattr__(name):
     return value
 
 
-def install():
-    """Make psgd's cupy backend run on this stand-in."""
+def install(device_count=_device.DEVICE_COUNT, toolkit=True, nccl=False):
+    """Make psgd's cupy backend run on a fresh stand-in: `device_count`
+    GPUs, device 0 current, a host-only MPI (set_mpi), kernels that compile
+    unless `toolkit` is False (a CuPy without the CUDA headers), and
+    cupy.cuda.nccl only with `nccl` (a CuPy without libnccl otherwise)."""
     from psgd import backend
+    _device.reset(device_count)
+    _device._state.toolkit = toolkit
+    if nccl:
+        from . import nccl as _nccl
+        cuda.nccl = _nccl
+    else:
+        cuda.__dict__.pop("nccl", None)
     return backend.use_device_modules(_self, _cupyx)
 
 

@@ -41,7 +41,10 @@ def _has_array(value):
 
 def launch(fn, *args, **kwargs):
     """fn over device arrays: shapes now, device memory when the stream runs.
-    A result that is a view of an argument is a view on the device too."""
+    A result that is a view of an argument is a view on the device too. Every
+    array must live on the current device (device.py)."""
+    for a in _arrays((args, kwargs)):
+        device.check_device(a._device_id)
     log = fn(*_tree(args, "_log"), **_tree(kwargs, "_log"))
     phys_args, phys_kwargs = _tree(args, "_phys"), _tree(kwargs, "_phys")
     out = kwargs.get("out")
@@ -91,6 +94,7 @@ class ndarray:
     def __init__(self, log, phys, base=None):
         self._log, self._phys = log, phys
         self._base = None if base is None else (base if base._base is None else base._base)
+        self._device_id = device.current_device() if base is None else base._device_id
 
     # metadata -----------------------------------------------------------------------
     shape = property(lambda self: self._phys.shape)
@@ -104,45 +108,75 @@ class ndarray:
     base = property(lambda self: self._base)
     data = property(lambda self: _Pointer(self._phys))
     T = property(lambda self: launch(lambda a: a.T, self))
-    device = property(lambda self: Device(0))
+    device = property(lambda self: Device(self._device_id))
 
     def __len__(self):
         return len(self._phys)
 
     @property
     def __cuda_array_interface__(self):
-        """Device memory as MPI sees it: exactly as it is, queued work not run."""
+        """Device memory as MPI sees it: exactly as it is, queued work not run;
+        only a CUDA-aware MPI may have it (device.hand_to_mpi)."""
+        device.hand_to_mpi("__cuda_array_interface__")
         p = self._phys
         return {"shape": p.shape, "typestr": p.dtype.str, "version": 2,
                 "data": (p.__array_interface__["data"][0], False),
                 "strides": None if p.flags.c_contiguous else p.strides}
+
+    def __dlpack_device__(self):
+        return (2, self._device_id)         # kDLCUDA: what CuPy answers
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        """The path mpi4py tries first, and torch.from_dlpack takes. mpi4py
+        asks with stream=-1 (no synchronization: MPI reads the memory as it
+        is), so only a CUDA-aware MPI may; a consumer naming its stream
+        (torch) gets the memory once the work queued on it is done, as the
+        DLPack protocol has the producer order it."""
+        if stream == -1:
+            device.hand_to_mpi("DLPack")
+        else:
+            self._stream(None).synchronize()
+        kwargs = {} if max_version is None else {"max_version": max_version}
+        return self._phys.__dlpack__(**kwargs)
 
     def __array__(self, *args, **kwargs):
         raise TypeError("Implicit conversion to a NumPy array is not allowed "
                         "(simcupy, like CuPy: call .get())")
 
     # host <-> device ----------------------------------------------------------------
+    def _stream(self, stream):
+        """`stream`, or the current stream of the array's device (CuPy
+        copies under `with self.device`); a stream of another device is an
+        error, as in CUDA."""
+        if stream is None:
+            return device._state.on(self._device_id).current
+        if stream.device_id != self._device_id:
+            raise device.PeerAccessError("a copy of an array of device %d on a stream of "
+                                         "device %d" % (self._device_id, stream.device_id))
+        return stream
+
     def get(self, stream=None, order="C", out=None, blocking=True):
         if stream is None:             # CuPy: the current stream, then wait
-            device.get_current_stream().synchronize()
+            self._stream(None).synchronize()
             if out is None:
                 return self._phys.copy(order=order)
             out[...] = self._phys
             return out
+        stream = self._stream(stream)
         out = out if out is not None else np.empty(self.shape, self.dtype)
         phys = self._phys
         stream._enqueue(lambda: _assign(out, phys))
         return out
 
     def set(self, arr, stream=None):
-        stream = stream if stream is not None else device.get_current_stream()
+        stream = self._stream(stream)
         source = arr if device.is_pinned(arr) else np.array(arr)  # pageable: copied now
         phys = self._phys
         self._log[...] = arr
         stream._enqueue(lambda: _assign(phys, source))
 
     def _read(self):
-        device.get_current_stream().synchronize()
+        self._stream(None).synchronize()
         return self._phys
 
     def __float__(self):
@@ -245,17 +279,29 @@ ndarray.__hash__ = None
 
 
 class Device:
-    def __init__(self, device=None):
-        self.id = 0 if device is None else int(device)
+    def __init__(self, device_id=None):
+        self.id = device.current_device() if device_id is None else int(device_id)
 
     def use(self):
+        device.use_device(self.id)
         return self
 
     def synchronize(self):
-        device.synchronize_all()
+        device.synchronize_all(self.id)
 
     def __enter__(self):
+        device._state.device_stack.append(device.current_device())
+        device.use_device(self.id)
         return self
 
     def __exit__(self, *exc):
-        pass
+        device.use_device(device._state.device_stack.pop())
+
+    def __eq__(self, other):
+        return isinstance(other, Device) and other.id == self.id
+
+    def __hash__(self):
+        return hash(self.id)
+
+    def __repr__(self):
+        return "<CUDA Device %d>" % self.id

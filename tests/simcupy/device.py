@@ -1,33 +1,46 @@
-"""The simulated device: streams, events, and arrays that live in their own
-memory and change only when their stream's work runs.
+"""The simulated device: several GPUs, each with its streams, and arrays
+that live in their own memory and change only when their stream's work runs.
 
 Every array has two NumPy arrays: `_phys`, the device memory as it is now
 (what MPI and the copies see, read through its pointer), and `_log`, the
 values the program would see if every queued operation had already run.
 `_log` exists only to give results their shapes and dtypes at launch time,
 as a real launch knows them; nothing is ever read from it. An operation is
-computed at once on `_log` and queued, on the current stream, for `_phys`:
-it runs when that stream (or an event recorded on it) is synchronized.
-Fresh device memory holds NaN (floats) or a sentinel (ints), so reading it
-before its initializing kernel has run shows up.
+computed at once on `_log` and queued, on the current stream of the current
+device, for `_phys`: it runs when that stream (or an event recorded on it)
+is synchronized. Fresh device memory holds NaN (floats) or a sentinel
+(ints), so reading it before its initializing kernel has run shows up.
 
 Contracts modelled are the weakest CuPy/CUDA give: get(stream=s, out=...)
 and set(host, stream) are asynchronous and read/write the host array when
 they run; a copy from pageable host memory (asarray) takes its snapshot at
 the call (cudaMemcpy from pageable memory returns once the host buffer is
 consumed); reading a value into Python (float(), .get() without a stream)
-synchronizes the current stream, as CuPy does.
+synchronizes the current stream, as CuPy does. The current-device rule
+holds: an operation runs on the current device, and an array of another
+device given to it is an error (peer access is never available here), as is
+a stream of another device. Device memory reaches MPI only through DLPack
+or __cuda_array_interface__, and only when the simulated MPI library is
+CUDA-aware (`set_mpi`): a host-only MPI given a device pointer fails at the
+call, where a real one would crash or send garbage.
 """
 import collections
 
 import numpy as np
 
+DEVICE_COUNT = 2
+
+
+class PeerAccessError(ValueError):
+    pass
+
 
 class Stream:
-    def __init__(self, null=False):
+    def __init__(self, null=False, device_id=None):
         self._queue = collections.deque()
         self._issued = 0
         self._done = 0
+        self.device_id = _state.device if device_id is None else device_id
         self.ptr = 0 if null else id(self)
 
     def _enqueue(self, op):
@@ -53,15 +66,18 @@ class Stream:
         return self._done == self._issued
 
     def __enter__(self):
-        _state.stack.append(_state.current)
-        _state.current = self
+        here = _state.here()
+        here.stack.append(here.current)
+        self.use()
         return self
 
     def __exit__(self, *exc):
-        _state.current = _state.stack.pop()
+        here = _state.here()
+        here.current = here.stack.pop()
 
     def use(self):
-        _state.current = self
+        check_device(self.device_id, "the stream")
+        _state.here().current = self
         return self
 
 
@@ -78,44 +94,119 @@ class Event:
 
     @property
     def done(self):
-        return self._stream is None or self._stream._done >= self._position
+        """The query of a running device: each one lets the event's stream
+        advance by one operation (the device works while the host polls)."""
+        if self._stream is None or self._stream._done >= self._position:
+            return True
+        self._stream._run_until(self._stream._done + 1)
+        return self._stream._done >= self._position
+
+
+class _Device:
+    """One GPU: its null stream, current stream and the streams made on it."""
+
+    def __init__(self, device_id):
+        self.null = Stream(null=True, device_id=device_id)
+        self.current = self.null
+        self.stack = []
+        self.streams = [self.null]
 
 
 class _State:
     def __init__(self):
-        self.null = Stream(null=True)
-        self.current = self.null
-        self.stack = []
-        self.streams = [self.null]
+        self.device = 0
+        self.devices = {}
+        self.device_stack = []
         self.pinned = []          # (start, end) of every page-locked allocation
+        self.mpi_cuda_aware = False
+        self.toolkit = True       # CUDA headers present: kernels compile
+        self.allocated = 0        # device arrays made (a per-sync allocation shows)
+
+    def here(self):
+        return self.on(self.device)
+
+    def on(self, device_id):
+        if device_id not in self.devices:
+            self.devices[device_id] = _Device(device_id)
+        return self.devices[device_id]
 
 
 _state = _State()
-Stream.null = _state.null
+
+
+def reset(device_count=DEVICE_COUNT):
+    """A fresh device (install does it): device 0 current, nothing queued."""
+    global DEVICE_COUNT
+    DEVICE_COUNT = device_count
+    _state.__init__()
+
+
+reset()
 
 
 def get_current_stream():
-    return _state.current
+    return _state.here().current
 
 
-def synchronize_all():
-    for stream in _state.streams:
-        stream.synchronize()
+def current_device():
+    return _state.device
+
+
+def use_device(device_id):
+    if not 0 <= int(device_id) < DEVICE_COUNT:
+        raise RuntimeError("cudaErrorInvalidDevice: invalid device ordinal %d" % device_id)
+    _state.device = int(device_id)
+
+
+def check_device(device_id, what="an array"):
+    """The current-device rule of a launch."""
+    if device_id != _state.device:
+        raise PeerAccessError(
+            "The device where %s resides (%d) is different from the current device (%d). "
+            "Peer access is unavailable." % (what, device_id, _state.device))
+
+
+def synchronize_all(device_id=None):
+    devices = _state.devices.values() if device_id is None else [_state.on(device_id)]
+    for dev in list(devices):
+        for stream in dev.streams:
+            stream.synchronize()
 
 
 def pending():
     """Operations queued and not yet run, over all streams (for tests)."""
-    return sum(s._issued - s._done for s in _state.streams)
+    return sum(s._issued - s._done for d in _state.devices.values() for s in d.streams)
+
+
+def issued():
+    """Operations ever queued, over all streams of all devices (for tests)."""
+    return sum(s._issued for d in _state.devices.values() for s in d.streams)
 
 
 def new_stream(non_blocking=False):
     stream = Stream()
-    _state.streams.append(stream)
+    _state.here().streams.append(stream)
     return stream
 
 
 def enqueue(op):
-    _state.current._enqueue(op)
+    _state.here().current._enqueue(op)
+
+
+# MPI and the device ---------------------------------------------------------------
+def set_mpi(cuda_aware):
+    """Whether the simulated MPI library takes device pointers; returns the
+    previous setting."""
+    previous, _state.mpi_cuda_aware = _state.mpi_cuda_aware, bool(cuda_aware)
+    return previous
+
+
+def hand_to_mpi(what):
+    """A device pointer leaves the array (DLPack, __cuda_array_interface__):
+    only a CUDA-aware MPI may have it."""
+    if not _state.mpi_cuda_aware:
+        raise BufferError("simcupy: device memory (%s) handed to an MPI that is not "
+                          "CUDA-aware: a real run crashes or sends garbage here" % what)
 
 
 # memory -------------------------------------------------------------------------
@@ -126,6 +217,7 @@ def poisoned(like):
         out.fill(np.nan)
     elif out.dtype.kind in "iu":
         out.fill(np.iinfo(out.dtype).max // 3)
+    _state.allocated += 1
     return out
 
 
@@ -139,3 +231,7 @@ def empty_pinned(shape, dtype=np.float32, order="C"):
 def is_pinned(array):
     start = array.__array_interface__["data"][0]
     return any(lo <= start < hi for lo, hi, _ in _state.pinned)
+
+
+def pinned_allocations():
+    return len(_state.pinned)

@@ -61,7 +61,7 @@ def test_cuda_aware_auto_asks_the_loaded_libmpi(monkeypatch):
     aware, reason = cuda_aware.configure("auto")
     assert not aware          # no GPU here: neither wheel is built with CUDA
     assert reason.startswith("MPIX_Query_cuda_support() = 0 in %s" % family), reason
-    hint = "MPICH_GPU_SUPPORT_ENABLED" if family == "MPICH" else "OMPI_MCA_opal_cuda_support"
+    hint = "MPIR_CVAR_ENABLE_GPU" if family == "MPICH" else "OMPI_MCA_opal_cuda_support"
     monkeypatch.setenv(hint, "1" if family == "MPICH" else "true")
     aware, reason = cuda_aware.configure("auto")
     assert not aware and hint in reason       # the library's 0 wins, and the log says so
@@ -85,3 +85,26 @@ def test_device_buffers_are_staged_unless_mpi_is_cuda_aware(monkeypatch):
     assert mpi.Exchange(None, device).direct
     monkeypatch.delenv("PSGD_CUDA_AWARE")
     cuda_aware.configure()
+
+
+def test_a_cupy_that_cannot_compile_kernels_is_not_a_gpu_backend(sim):
+    """cupy-cuda12x without [ctk] on a host with only the driver: the device
+    count says yes, the first kernel says no. auto runs on the host and
+    says why; cupy is a one-line error naming the fix."""
+    sim.install(toolkit=False)
+    with pytest.warns(UserWarning, match=r"running on the host: CuPy cannot compile kernels"):
+        assert backend.get_backend("auto") is backend.NUMPY
+    with pytest.raises(UsageError, match=r"--backend cupy: CuPy cannot compile kernels "
+                                         r"\(CompileException: .*cupy-cuda12x\[ctk\]"):
+        backend.get_backend("cupy")
+    sim.install()
+    assert backend.get_backend("auto").xp is sim
+
+
+def test_more_ranks_than_gpus_on_a_host_says_so(sim, recwarn):
+    b = backend.get_backend("cupy", local_rank=2, local_size=3)     # two simulated GPUs
+    assert b.device_id == 0 and sim.cuda.Device().id == 0
+    assert "3 ranks on this host share 2 GPUs" in str(recwarn.pop(UserWarning).message)
+    backend.get_backend("cupy", local_rank=1, local_size=2)
+    backend.get_backend("cupy", local_rank=2, local_size=3, device_ids="0")   # meant
+    assert not recwarn.list

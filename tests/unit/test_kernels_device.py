@@ -62,3 +62,60 @@ def test_mirror_copies_are_done_when_they_return(xp):
     host[...] = 7.0                                # MPI writing the mirror again
     assert xp.cuda.get_current_stream().done
     np.testing.assert_array_equal(host_copy(buf.data), -1.0)
+
+
+def test_delay_compensation_on_device_matches_the_host(xp):
+    """dc's kernel casts `(T)1`: the simulated device must run it too."""
+    d, x, xs = _arrays(3, dtype=np.float64)
+    d[:5] *= 50                                   # some elements hit the min(., 1) cap
+    host = kernels.delay_compensate(d.copy(), x, xs, 0.5)
+    dev = kernels.delay_compensate(xp.asarray(d), xp.asarray(x), xp.asarray(xs), 0.5)
+    np.testing.assert_allclose(host_copy(dev), host, rtol=1e-12)
+
+
+def _kernel_names_in_sources():
+    import os
+    import re
+
+    import psgd
+    root = os.path.dirname(psgd.__file__)
+    names = set()
+    for folder, _, files in os.walk(root):
+        for name in files:
+            if name.endswith(".py"):
+                with open(os.path.join(folder, name)) as f:
+                    text = f.read()
+                names |= set(re.findall(r'_kernel\(\s*"(\w+)"', text))
+                names |= {"psgd_" + n for n in re.findall(r'"psgd_(\w+)"\)', text)}
+    return {n if n.startswith("psgd_") else "psgd_" + n for n in names}
+
+
+def test_every_kernel_psgd_defines_has_run_on_the_device(xp):
+    """A kernel no device test runs is one the simulated device never checked."""
+    from psgd.nnet import fused
+    a, b, c, g = (xp.asarray(v) for v in _arrays(4))
+    kernels.lerp(a, b, 0.5)
+    kernels.axpy(a, 0.5, b)
+    kernels.bmuf_update(a, b, c, 0.5, 1.0, True)
+    kernels.momentum_step(a, b, c, 0.9, 0.1)
+    kernels.delay_compensate(a, b, c, 0.1)
+    fused.adam(g, np.float32(0.9), np.float32(0.99), np.float32(0.01), np.float32(1e-8), a, b, c)
+    fused.momentum(g, np.float32(0.9), np.float32(0.1), True, a, b)
+    xp.cuda.get_current_stream().synchronize()
+    ran = {name for (module, name) in kernels._kernels if module is xp} | \
+        {name for (module, name) in fused._KERNELS if module is xp}
+    ran = {n if n.startswith("psgd_") else "psgd_" + n for n in ran}
+    assert _kernel_names_in_sources() <= ran, _kernel_names_in_sources() - ran
+
+
+def test_a_part_allocates_no_mirror_until_staged_mpi_asks(xp):
+    """The direct path (CUDA-aware MPI) never needs the pinned mirror."""
+    simulated = getattr(xp, "device", None)
+    if simulated is None:
+        pytest.skip("counts the simulated device's pinned allocations")
+    buf = FlatBuffer.pack([xp.asarray(np.arange(8.0))])
+    before = simulated.pinned_allocations()
+    part = buf.part(2, 6)
+    assert simulated.pinned_allocations() == before
+    assert np.shares_memory(part.host, buf.host)        # staged: the whole's mirror
+    assert simulated.pinned_allocations() == before + 1

@@ -3,14 +3,15 @@ of the hybrid network, with explicit datatypes (never pickling) and the
 bytes of every call added to a Traffic counter.
 
 Device arrays go to MPI directly when the MPI library is CUDA-aware
-(psgd.mpi.cuda_aware) and are staged through host copies otherwise; either
-way under the stream discipline of psgd/mpi.py (mpi.device_ready).
+(psgd.mpi.cuda_aware) and are staged through page-locked scratch kept
+across calls otherwise; either way under the stream discipline of
+psgd/mpi.py (mpi.device_ready).
 """
 import numpy as np
 from mpi4py import MPI
 
 from ... import mpi
-from ...backend import array_module
+from ...backend import array_module, empty_pinned
 from . import traffic as tr
 
 _TYPES = {np.dtype(np.float32): MPI.FLOAT, np.dtype(np.float64): MPI.DOUBLE,
@@ -24,6 +25,14 @@ def mpi_type(dtype):
         raise TypeError("no MPI datatype for %s" % np.dtype(dtype)) from None
 
 
+def _set(device_array, host):
+    """host -> device_array, complete when it returns (the host array is
+    scratch the next call writes)."""
+    stream = array_module(device_array).cuda.get_current_stream()
+    device_array.set(host, stream=stream)
+    stream.synchronize()
+
+
 class Collectives:
     """The communicator of a hybrid network and its byte counter."""
 
@@ -32,6 +41,7 @@ class Collectives:
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.traffic = traffic if traffic is not None else tr.Traffic()
         self._cuda_aware = None
+        self._staging = {}
 
     @property
     def _direct(self):
@@ -39,25 +49,48 @@ class Collectives:
             self._cuda_aware = mpi.cuda_aware()
         return self._cuda_aware
 
-    # staging -------------------------------------------------------------------------
+    # staging ---------------------------------------------------------------------------
+    # Staged, a call goes through two page-locked scratch arrays kept across
+    # calls (send and receive, grown to the largest call): no host array per
+    # call, and no device temporary for the in-place sum.
+    def _scratch(self, role, dtype, shape):
+        size = int(np.prod(shape))
+        key = (role, np.dtype(dtype))
+        held = self._staging.get(key)
+        if held is None or held.size < size:
+            held = self._staging[key] = empty_pinned((max(size, 1),), dtype)
+        return held[:size].reshape(shape)
+
     def _host(self, a):
-        """The array MPI reads: `a` itself on the host (or CUDA-aware MPI)."""
+        """The array MPI reads: `a` itself on the host (or CUDA-aware MPI), or
+        its copy in the send scratch, complete (rule 1 of psgd/mpi.py)."""
         if isinstance(a, np.ndarray):
             return np.ascontiguousarray(a)
-        a = a if a.flags.c_contiguous else a.copy()
         if self._direct:
-            return mpi.device_ready(a)
-        return a.get()
+            return mpi.device_ready(a if a.flags.c_contiguous else a.copy())
+        staged = self._scratch("send", a.dtype, a.shape)
+        stream = array_module(a).cuda.get_current_stream()
+        a.get(stream=stream, out=staged)
+        stream.synchronize()
+        return staged
 
     def _empty(self, like, shape):
         """An output buffer MPI can write: host unless MPI takes device memory."""
-        if isinstance(like, np.ndarray) or not self._direct:
+        if isinstance(like, np.ndarray):
             return np.empty(shape, dtype=like.dtype)
+        if not self._direct:
+            return self._scratch("recv", like.dtype, shape)
         return array_module(like).empty(shape, dtype=like.dtype)
 
     @staticmethod
     def _back(xp, out):
-        return out if xp is np else xp.asarray(out)
+        """`out` as an array of xp: a new device array from the receive
+        scratch, copied before the scratch is used again."""
+        if xp is np or not isinstance(out, np.ndarray):
+            return out
+        result = xp.empty(out.shape, dtype=out.dtype)
+        _set(result, out)
+        return result
 
     # collectives -----------------------------------------------------------------------
     def allgather(self, x, kind, xp=np):
@@ -96,8 +129,13 @@ class Collectives:
         t, step = mpi_type(buf.dtype), mpi.chunk_elements()
         for lo in range(0, buf.size, step):
             self.comm.Allreduce(MPI.IN_PLACE, [buf[lo:lo + step], t], op=MPI.SUM)
-        if buf is not x:      # a staged or a contiguous copy: back into x, in stream order
-            x[...] = array_module(x).asarray(buf)
+        if isinstance(buf, np.ndarray) and not isinstance(x, np.ndarray):
+            if x.flags.c_contiguous:       # staged: straight back into x
+                _set(x, buf)
+            else:
+                x[...] = array_module(x).asarray(buf)
+        elif buf is not x:                 # a contiguous copy: back into x, in stream order
+            x[...] = buf
         self.traffic.add(kind, tr.allreduce_bytes(x.nbytes, self.size))
 
     def gather(self, x, root=0):

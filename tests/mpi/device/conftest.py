@@ -6,7 +6,7 @@ import pytest
 from mpi4py import MPI
 
 from device_util import real_cupy
-from psgd import cuda_aware
+from psgd import cuda_aware, nccl
 
 DEVICES = ["sim-staged", "sim-direct", "cupy-staged", "cupy-direct"]
 
@@ -26,6 +26,7 @@ def xp(request):
     if kind == "sim":
         import simcupy
         previous, module = simcupy.install(), simcupy
+        simcupy.set_mpi(cuda_aware=path == "direct")     # staged: a host-only MPI
         _skip_everywhere(None)
     else:
         module, count = real_cupy()
@@ -35,11 +36,13 @@ def xp(request):
         _skip_everywhere(reason)
         module.cuda.Device(MPI.COMM_WORLD.Get_rank() % count).use()   # ranks share GPUs
     cuda_aware.configure("yes" if path == "direct" else "no")
+    nccl.configure("mpi")            # these test the MPI paths, even where NCCL loads
     try:
         yield module
     finally:
         module.cuda.Device().synchronize()
         cuda_aware.configure()
+        nccl.configure()
         if kind == "sim":
             import simcupy
             simcupy.uninstall(previous)

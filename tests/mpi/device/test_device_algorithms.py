@@ -3,6 +3,7 @@ GPU): the device copies and kernels run only when a stream is synchronized,
 so a missing synchronization on the sync path breaks a replay."""
 import numpy as np
 import pytest
+from mpi4py import MPI
 
 import reference
 from device_util import load
@@ -65,15 +66,44 @@ def test_held_replies_on_device(comm, xp, name):
     servers.check_barrier(comm, name, {}, 1, xp=xp)
 
 
+class ProgressCounted(MPI.Request):
+    tests = 0            # Tests of a sum in flight (MPI progress), over all requests
+
+    def Test(self, status=None):
+        ProgressCounted.tests += 1
+        return super().Test(status)
+
+
+class HostOnlyIallreduce(MPI.Intracomm):
+    """A communicator whose non-blocking reductions take host memory only,
+    as a CUDA-aware Open MPI's do (UCX included), and count the progress
+    the pipeline makes while they are in flight."""
+
+    def Iallreduce(self, sendbuf, recvbuf, op=MPI.SUM):
+        for buf in (sendbuf, recvbuf):
+            if buf is not MPI.IN_PLACE and not isinstance(buf, np.ndarray):
+                raise AssertionError("device memory handed to MPI_Iallreduce (%s)"
+                                     % type(buf).__name__)
+        return ProgressCounted(super().Iallreduce(sendbuf, recvbuf, op))
+
+
 @pytest.mark.parametrize("name", ["bsp", "bmuf", "sod"])
 def test_pipelined_replay_on_device(comm, xp, name):
-    """Chunk by chunk, each chunk staged out (or its kernels finished) before
-    MPI gets it and staged in before the update's kernel reads it."""
+    """Chunk by chunk through the pinned mirror, each chunk staged out
+    before MPI gets it and staged in before the update's kernel reads it;
+    with CUDA-aware MPI one blocking call, no device memory in Iallreduce."""
     pipeline = load("algorithms/test_pipeline.py")
     update, final_of, options = pipeline.REPLAYS[name]
+    ProgressCounted.tests = 0
     with pipeline.Pipelined(4) as pipe:
-        sync = collective.check(comm, name, update, final_of, xp=xp, **options)
-    assert pipe.calls > 0 and sync.buffer.on_device
+        sync = collective.check(HostOnlyIallreduce(comm), name, update, final_of, xp=xp,
+                                **options)
+    assert sync.buffer.on_device
+    assert (pipe.calls > 0) == (not sync.exchange.direct)
+    if pipe.calls and getattr(xp, "device", None):
+        # the simulated device copies one operation per query: MPI progressed
+        # while a chunk was staged out under the sum of the one before
+        assert ProgressCounted.tests > 0, "no MPI progress while the device copied"
 
 
 @pytest.mark.parametrize("name", ["easgd", "masgd"])
@@ -100,3 +130,21 @@ def test_server_replay_in_pieces_on_device(comm, xp, name):
         obj, log, _ = servers.check_replay(comm, name, pieces.REPLAYS[name], xp=xp,
                                            **pieces.OPTIONS[name])
     assert obj.buffer.on_device and (obj.role != "server" or p.received == 5 * len(log))
+
+
+@pytest.mark.parametrize("outer", ["sgd", "momentum", "nesterov", "adam"])
+def test_a_sod_sync_allocates_no_device_memory(comm, xp, outer):
+    """The outer step works in place: a model-sized temporary per sync on
+    the device is memory (and an allocator call) the sync does not need."""
+    simulated = getattr(xp, "device", None)
+    sync = collective.psgd.create("sod", [xp.zeros(64), xp.zeros((4, 4))], comm=comm,
+                                  outer=outer, outer_lr=0.1)
+    for t in range(3):
+        if t == 2 and simulated is not None:
+            before = simulated._state.allocated
+        for p in sync.params:
+            p += comm.rank + t
+        sync.synchronize(1)
+    if simulated is not None:
+        assert simulated._state.allocated == before, "device arrays allocated in one sync"
+    sync.stop(0)

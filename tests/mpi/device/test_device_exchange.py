@@ -118,3 +118,25 @@ def test_collectives_on_device_arrays(comm, xp):
     np.testing.assert_array_equal(host_copy(gathered)[:, 0], 2 * sum(range(size)) + np.arange(size))
     summed = coll.allreduce(xp.asarray(np.ones(3)) * rank, "act", xp=xp)
     np.testing.assert_array_equal(host_copy(summed), sum(range(size)))
+
+
+def test_collectives_allocate_only_their_results(comm, xp):
+    """Staged or direct, a call allocates no host array and no device
+    temporary once warm: the in-place sum none, the others their result."""
+    simulated = getattr(xp, "device", None)
+    if simulated is None:
+        pytest.skip("counts the simulated device's allocations")
+    coll = Collectives(comm)
+    flat = xp.asarray(np.full(6, comm.rank, np.float32))
+    for warm in (True, False):
+        pinned, allocated = simulated.pinned_allocations(), simulated._state.allocated
+        coll.allreduce_inplace(flat, "grad")
+        summed = coll.allreduce(flat, "act", xp=xp)
+        gathered = coll.allgather(flat[:2], "act", xp=xp)
+        if not warm:
+            assert simulated.pinned_allocations() == pinned
+            assert simulated._state.allocated - allocated == 2
+    total = sum(range(comm.size))
+    np.testing.assert_array_equal(host_copy(flat), total * comm.size)
+    np.testing.assert_array_equal(host_copy(summed), total * comm.size ** 2)
+    np.testing.assert_array_equal(host_copy(gathered), total * comm.size)

@@ -13,13 +13,13 @@ SMALL = dict(model="mlp", hidden="16", num_samples=400, epochs=1, quiet=True,
 
 @pytest.mark.parametrize("algo", ["bmuf", "easgd"])
 def test_training_on_device_matches_the_host_run(comm, xp, algo):
-    stream = xp.cuda.get_current_stream()
-    launched = getattr(stream, "_issued", None)
+    simulated = getattr(xp, "device", None)
+    launched = simulated.issued() if simulated else None
     direct = "yes" if mpi.cuda_aware() else "no"       # the path the fixture chose
     on_device = psgd.train.train(comm=comm, algo=algo, cuda_aware=direct, **SMALL)
     assert mpi.cuda_aware() == (direct == "yes")
-    if launched is not None:        # the simulated device: its stream did the work
-        assert stream._issued > launched + 20
+    if launched is not None:        # the simulated device (this rank's GPU) did the work
+        assert simulated.issued() > launched + 20
     on_host = psgd.train.train(comm=comm, algo=algo, **dict(SMALL, backend="numpy"))
     assert on_device["samples"] == on_host["samples"] == 320
     assert on_device["test_accuracy"] == pytest.approx(on_host["test_accuracy"], abs=0.02)
@@ -41,4 +41,4 @@ def test_the_exchange_path_is_logged_once_at_start_up(comm, xp, capsys):
     assert forced[0].endswith("exchange: staged through pinned host memory (MPI is not "
                               "CUDA-aware: forced by --cuda-aware no)"), forced
     assert len(auto) == 1 and ("MPIX_Query_cuda_support() = " in auto[0]
-                               or "no MPIX_Query" in auto[0]), auto
+                               or "no usable MPIX_Query" in auto[0]), auto

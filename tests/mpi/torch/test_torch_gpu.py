@@ -40,3 +40,23 @@ def test_cuda_model_averaging_matches_numpy(comm, name):
 def test_cuda_syncgrad_matches_numpy(comm):
     got, expected = drive(comm, "syncgrad", grad_step_torch, grad_step_numpy, device=device())
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_model_on_another_gpu_needs_no_set_device(comm):
+    """cuda:1 while CuPy's and torch's current device is 0: psgd makes the
+    model's GPU current for its own work, and waits for torch's streams."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    second = torch.device("cuda", 1)
+    model = cnn(seed=comm.rank).to(second)
+    with cupy.cuda.Device(0):
+        sync = psgd.torch.create("bsp", model, comm=comm)
+        side = torch.cuda.Stream(second)
+        with torch.cuda.stream(side):           # the user's work, on a side stream
+            for p in model.parameters():
+                p.data.fill_(comm.rank + 1.0)
+        sync.synchronize(1)
+        sync.stop(0)
+    mean = sum(range(1, comm.size + 1)) / comm.size
+    for p in model.parameters():
+        np.testing.assert_allclose(p.detach().cpu().numpy(), mean, rtol=1e-6)

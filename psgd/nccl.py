@@ -1,0 +1,171 @@
+"""The NCCL exchange of the collective algorithms on GPUs: the same
+allreduce(before, after) and bcast(root) as psgd.mpi.Exchange, carried out
+by NCCL (cupy.cuda.nccl) on the device, with no host round trip.
+
+NCCL's calls are queued on the current stream like kernels, so the stream
+discipline of psgd/mpi.py holds by stream order alone: the kernels queued
+before a sum are done before NCCL reads the buffer (rule 1) and the kernels
+queued after it read what it wrote (rule 2), with no synchronization on the
+host. One communicator per algorithm object: rank 0 makes the unique id,
+MPI broadcasts it once (as integers, no pickle), and every rank joins with
+the current device.
+
+Which exchange (`--exchange auto|mpi|nccl`, PSGD_EXCHANGE, or
+psgd.create's exchange=): auto takes NCCL when the algorithm is a
+collective one and every rank's model is on a GPU where NCCL loads; nccl
+insists (a one-line error on every rank naming the ranks without it);
+mpi never takes it. The server algorithms stay on MPI (point-to-point).
+"""
+import os
+
+import numpy as np
+from mpi4py import MPI
+
+from . import mpi
+from .backend import cupy_module
+from .errors import UsageError
+
+SETTINGS = ("auto", "mpi", "nccl")
+ENV = "PSGD_EXCHANGE"
+_state = {"setting": None, "chosen": None}    # chosen: the last decision's log line
+
+
+def parse(text, what="--exchange"):
+    word = str(text).strip().lower()
+    if word not in SETTINGS:
+        raise UsageError("%s must be auto, mpi or nccl, got %r" % (what, text))
+    return word
+
+
+def configure(setting=None):
+    """The process's setting: `setting` (the flag) wins over PSGD_EXCHANGE,
+    which wins over auto."""
+    if setting is None:
+        env = os.environ.get(ENV, "").strip()
+        setting = parse(env, ENV) if env else "auto"
+    _state["setting"] = parse(setting)
+    return _state["setting"]
+
+
+def setting():
+    return _state["setting"] if _state["setting"] is not None else configure()
+
+
+def describe():
+    """The start-up log line when NCCL carries the sums, or None."""
+    return _state["chosen"]
+
+
+def nccl_module():
+    """(cupy.cuda.nccl, None), or (None, why it is not usable here)."""
+    try:
+        cupy = cupy_module()
+        nccl = cupy.cuda.nccl
+        if getattr(nccl, "available", True) is False:
+            return None, "CuPy was built without NCCL"
+        return nccl, None
+    except Exception as exc:   # ImportError (no libnccl), no CuPy: "no NCCL here"
+        return None, "NCCL does not load (%s)" % (" ".join(str(exc).split())[:120] or
+                                                  type(exc).__name__)
+
+
+def choose(comm, buffer, kind, algorithm, server_based):
+    """The NCCL communicator the exchanges of this rank use, or None (MPI).
+    Collective over `comm`: every rank reaches the same answer, or the same
+    UsageError."""
+    if kind == "mpi" or (kind == "auto" and server_based):
+        _state["chosen"] = None
+        return None
+    if server_based:
+        raise UsageError("exchange nccl: %s is a server algorithm, whose exchanges stay on "
+                         "MPI; NCCL serves bsp, bmuf, sod and syncgrad" % algorithm)
+    nccl = nccl_module()[0] if buffer.on_device else None
+    code = np.array([0 if nccl is not None else 1 if buffer.on_device else 2], dtype=np.int64)
+    codes = np.empty(comm.Get_size(), dtype=np.int64)
+    comm.Allgather([code, MPI.INT64_T], [codes, MPI.INT64_T])
+    if codes.any():
+        _state["chosen"] = None
+        if kind == "nccl":
+            names = mpi.host_names(comm)
+            raise UsageError("exchange nccl: NCCL cannot serve this job: " + "; ".join(
+                "%s %s" % (mpi.describe_ranks(names, [r for r, c in enumerate(codes) if c == k]),
+                           why) for k, why in ((1, "cannot load NCCL"),
+                                               (2, "keep the model on the host"))
+                if (codes == k).any()))
+        return None
+    communicator = join(comm, nccl)
+    if communicator is None:
+        _state["chosen"] = None
+        if kind == "nccl":
+            raise UsageError("exchange nccl: rank 0 could not make an NCCL unique id "
+                             "(ncclGetUniqueId failed)")
+        return None
+    _state["chosen"] = "exchange: NCCL %s sums the collective algorithms' buffers on the " \
+                       "device (%s)" % (_version(nccl), "forced by --exchange nccl"
+                                        if kind == "nccl" else "every rank has a GPU and NCCL")
+    return communicator
+
+
+def _version(nccl):
+    try:
+        v = int(nccl.get_version())
+        return "%d.%d.%d" % (v // 10000, v // 100 % 100, v % 100)
+    except Exception:
+        return "(version unknown)"
+
+
+def join(comm, nccl):
+    """One NCCL communicator over the ranks of `comm`, on the current device:
+    rank 0's unique id reaches the others through one MPI broadcast. None on
+    every rank when rank 0 cannot make the id (the others would otherwise
+    wait in NCCL's set-up for ever)."""
+    uid = np.zeros(128, dtype=np.int64)
+    size = np.zeros(1, dtype=np.int64)
+    if comm.Get_rank() == mpi.MAIN_RANK:
+        try:
+            made = np.asarray(nccl.get_unique_id(), dtype=np.int64).ravel()[:uid.size]
+            uid[:made.size] = made
+            size[0] = made.size
+        except Exception:   # NCCL's own error (no network interface, no device): size 0
+            size[0] = 0
+    comm.Bcast([size, MPI.INT64_T], root=mpi.MAIN_RANK)
+    if size[0] == 0:
+        return None
+    comm.Bcast([uid, MPI.INT64_T], root=mpi.MAIN_RANK)
+    return nccl.NcclCommunicator(comm.Get_size(), tuple(int(v) for v in uid[:size[0]]),
+                                 comm.Get_rank())
+
+
+class NcclExchange:
+    """allreduce and bcast of a device FlatBuffer through NCCL, queued on
+    the current stream (the class docstring of the module)."""
+
+    direct = True     # the device buffer itself goes to the wire: never pipelined by psgd
+
+    def __init__(self, comm, buffer, communicator):
+        self.comm = comm
+        self.buffer = buffer
+        self.nccl = communicator      # NCCL's (not mpi4py's) allReduce and bcast
+        self._lib = cupy_module().cuda.nccl
+        self._type = {np.dtype(np.float32): self._lib.NCCL_FLOAT32,
+                      np.dtype(np.float64): self._lib.NCCL_FLOAT64}[np.dtype(buffer.dtype)]
+
+    def _stream(self):
+        return cupy_module().cuda.get_current_stream().ptr
+
+    def allreduce(self, before=None, after=None):
+        """In-place sum over the ranks; `before`/`after` as in
+        psgd.mpi.Exchange.allreduce, all queued in stream order."""
+        data = self.buffer.data
+        if before:
+            before(0, data.size)
+        if data.size:
+            self.nccl.allReduce(data.data.ptr, data.data.ptr, data.size, self._type,
+                                self._lib.NCCL_SUM, self._stream())
+        if after:
+            after(0, data.size)
+
+    def bcast(self, root=mpi.MAIN_RANK):
+        data = self.buffer.data
+        if data.size:
+            self.nccl.bcast(data.data.ptr, data.size, self._type, root, self._stream())
