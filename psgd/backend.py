@@ -162,7 +162,8 @@ def get_backend(name=None, local_rank=0, device_ids=None, local_size=None):
     cupy = _cupy_with_devices()
     if cupy is None:
         if name == "cupy":
-            raise RuntimeError("backend 'cupy' requested but CuPy or a CUDA device is not available")
+            raise UsageError("--backend cupy: CuPy or a CUDA device is not available on this "
+                             "host (pip install -e '.[gpu]' on a machine with a GPU)")
         return NUMPY
     ids = parse_device_ids(device_ids)
     count = cupy.cuda.runtime.getDeviceCount()

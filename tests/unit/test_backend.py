@@ -8,7 +8,7 @@ from psgd.errors import UsageError
 def test_the_environment_picks_the_backend_when_no_name_is_given(monkeypatch):
     monkeypatch.setattr(backend, "_cupy_with_devices", lambda: None)   # no GPU here
     monkeypatch.setenv("PSGD_BACKEND", "cupy")
-    with pytest.raises(RuntimeError, match="CuPy or a CUDA device is not available"):
+    with pytest.raises(UsageError, match="CuPy or a CUDA device is not available"):
         backend.get_backend()                      # the environment was read
     b = backend.get_backend("numpy")               # a name given wins over it
     assert b.xp is np and not b.is_gpu and b.name == "numpy"
@@ -25,7 +25,7 @@ def test_unknown_backend_lists_the_valid_ones():
 def test_auto_falls_back_to_numpy_and_cupy_without_gpu_is_an_error(monkeypatch):
     monkeypatch.setattr(backend, "_cupy_with_devices", lambda: None)
     assert backend.get_backend("auto").xp is np
-    with pytest.raises(RuntimeError, match="CuPy or a CUDA device is not available"):
+    with pytest.raises(UsageError, match="CuPy or a CUDA device is not available"):
         backend.get_backend("cupy")
 
 
