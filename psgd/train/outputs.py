@@ -1,12 +1,13 @@
 """Output files (--out, --plot, --metrics, --checkpoint-dir): checked at
-start-up, before any epoch is trained, and written atomically (psgd.atomic).
+start-up, before any epoch is trained (output_plan), and written atomically
+(psgd.atomic).
 A writer killed mid-write leaves its temporary file behind: the next start
 removes the ones of writers that are dead (same host, no such process)."""
 import os
 import socket
 import time
 
-from ..atomic import TMP, atomic_write, fsync_dir, writer_name  # noqa: F401 (re-exported)
+from ..atomic import TMP, atomic_write  # noqa: F401 (atomic_write re-exported)
 from ..errors import UsageError
 
 _ORPHAN_AGE_S = 3600    # a temporary file without a writer's name: this old is debris
