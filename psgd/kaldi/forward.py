@@ -46,11 +46,15 @@ def _parser():
     return p
 
 
-def _check_outputs(spec):
-    from psgd.train.output_plan import Output, problem
+def _check_outputs(spec, args):
+    from psgd.train.output_plan import Output, input_files, problem
     files = [Output("", name) for name in (spec.ark, spec.scp)
              if name is not None and name != wspecifier.STDOUT]
-    text = problem(files)
+    inputs = [("MODEL " + args.model, args.model),
+              ("--feature-transform " + str(args.feature_transform), args.feature_transform),
+              ("--class-frame-counts " + str(args.class_frame_counts), args.class_frame_counts)]
+    inputs += [("FEATS " + args.feats, path) for path in input_files(args.feats)]
+    text = problem(files, inputs=inputs)
     if text:
         raise UsageError(text)
 
@@ -61,7 +65,7 @@ def forward(args):
     spec = wspecifier.parse(args.out)
     if args.prior_cutoff <= 0:
         raise UsageError("--prior-cutoff must be > 0, got %r" % args.prior_cutoff)
-    _check_outputs(spec)
+    _check_outputs(spec, args)
     net, model, extras = read_model(args.model)
     transform = (FeatureTransform.read(args.feature_transform) if args.feature_transform
                  else extras.get(TRANSFORM_KEY))

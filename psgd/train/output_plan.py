@@ -3,13 +3,16 @@ NAME.nnet, final.feature_transform and ali_train_pdf.counts beside it),
 --metrics, --plot and --checkpoint-dir. The plan refuses, in one line naming
 the flag and the path, a place that cannot be written and two outputs that
 are one file (one would silently replace the other, or the run would end in
-a crash after its last epoch). `psgd.kaldi convert` checks its files here too.
+a crash after its last epoch), or an output that would replace an input the
+user gave. `psgd.kaldi convert` and `forward` check their files here too.
 """
 import os
 import tempfile
 from dataclasses import dataclass
 
 from ..atomic import TMP, writer_name
+from ..data.rspecifier import parse_rspecifier
+from ..errors import UsageError
 from . import model_files
 
 PLOT_FORMATS = ("png", "pdf", "svg", "svgz", "eps", "ps", "jpg", "jpeg", "tif", "tiff",
@@ -58,16 +61,67 @@ def model_file(path, data, label):
                                         for side in files[1:]]
 
 
-def problem(plan, main=True):
+def inputs_of(args):
+    """[(flag, file)] of the files a run reads that an output could replace."""
+    flags = [("--feats", args.feats, True), ("--targets", args.targets, True),
+             ("--cv-feats", args.cv_feats, True), ("--cv-targets", args.cv_targets, True),
+             ("--feature-transform", args.feature_transform, False)]
+    return [("%s %s" % (flag, value), path) for flag, value, table in flags if value
+            for path in (input_files(value) if table else [value])]
+
+
+def input_files(spec):
+    """The files a Kaldi rspecifier (or a plain path) reads: an scp and the
+    archives it lists; none for a pipe or stdin."""
+    try:
+        rspec = parse_rspecifier(spec)
+    except UsageError:
+        return [spec]
+    if rspec.is_stream:
+        return []
+    files = [rspec.path]
+    if rspec.kind == "scp":
+        try:
+            with open(rspec.path, errors="replace") as f:
+                entries = {line.split(None, 1)[1].strip() for line in f
+                           if len(line.split(None, 1)) == 2}
+        except OSError:
+            return files    # reading it is the data's business, and fails there
+        files += sorted({_archive_of(e) for e in entries} - {None})
+    return files
+
+
+def _archive_of(entry):
+    """The file of an scp entry "file.ark:offset" (or "file"); None for a pipe."""
+    if entry.endswith("|") or entry.startswith("|"):
+        return None
+    path, colon, offset = entry.rpartition(":")
+    return path if colon and offset.isdigit() else entry
+
+
+def problem(plan, main=True, inputs=()):
     """The one-line text of the first problem in `plan`, or None. `main`:
     this rank writes the files (rank 0); the others check only the folders
-    every rank writes in."""
+    every rank writes in. `inputs`: [(who, file)] that no output may replace."""
     mine = [o for o in plan if main or o.all_ranks]
     for output in mine:
         text = (_folder_problem if output.folder else _file_problem)(output)
         if text:
             return text
-    return collision(plan)
+    return collision(plan) or replaced_input(plan, inputs)
+
+
+def replaced_input(plan, inputs):
+    """An output that would replace an input file. A feature transform
+    written beside an nnet1 model is the one the run applies: writing it
+    over that input changes no value."""
+    given = {os.path.realpath(path): who for who, path in inputs if path}
+    for output in plan:
+        who = given.get(os.path.realpath(output.path))
+        if who and not (output.beside and who.startswith("--feature-transform")
+                        and os.path.basename(output.path) == model_files.TRANSFORM_FILE):
+            return "%s would replace the input %s: give it another name" % (output, who)
+    return None
 
 
 def collision(plan):

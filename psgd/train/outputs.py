@@ -62,7 +62,7 @@ def prepare(comm, args, main, data=None):
     from . import output_plan
     from .dirlock import DirectoryLock
     lock, plan = None, output_plan.of_args(args, data)
-    problem = output_plan.problem(plan, main)
+    problem = output_plan.problem(plan, main, output_plan.inputs_of(args) if main else ())
     error = UsageError(problem) if problem else None
     if main and error is None:
         try:

@@ -55,6 +55,9 @@ def made(tmp_path_factory):
                      {"u1": rng.normal(size=(9, 40)).astype(np.float32),
                       "u2": rng.normal(size=(4, 40)).astype(np.float32)},
                      scp=str(tmp_path / "f.scp"))
+    # relative names: each test's copy reads its own archive
+    scp = tmp_path / "f.scp"
+    scp.write_text(scp.read_text().replace(str(tmp_path) + os.sep, ""))
     write_counts(str(tmp_path / "c6.counts"), [3, 1, 4, 1, 5, 9])
     write_counts(str(tmp_path / "c5.counts"), [3, 1, 4, 1, 5])
     made = run("psgd.kaldi", "convert", "final.nnet", "m.npz", "--feature-transform", REAL_FT,
@@ -123,6 +126,17 @@ def test_9_21_a_full_disk_is_one_line_naming_the_file(work, prog):
     assert_one_line(result, prog, "cannot write full/out: No space left on device")
     assert (work / "full" / "out").read_text() == "the user's file"
     assert os.listdir(str(work / "full")) == ["out"]
+
+
+@pytest.mark.parametrize("out,needle", [
+    ("ark:f.ark", "f.ark would replace the input FEATS scp:f.scp"),
+    ("ark,scp:o.ark,f.scp", "f.scp would replace the input FEATS scp:f.scp"),
+    ("ark:final.nnet", "final.nnet would replace the input MODEL final.nnet"),
+], ids=["the features", "their index", "the model"])
+def test_9_forward_never_writes_over_its_inputs(work, out, needle):
+    before = (work / "f.ark").read_bytes()
+    assert_one_line(forward(work, out), FORWARD, needle)
+    assert (work / "f.ark").read_bytes() == before
 
 
 # 10: a transform that does not feed the model; counts of the wrong length ------------------

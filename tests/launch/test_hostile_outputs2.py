@@ -81,6 +81,16 @@ def test_8_a_side_file_that_is_another_output_is_refused(tmp_path, kaldi_data):
     assert _trained_nothing(result)
 
 
+def test_7_an_output_that_would_replace_an_input_is_refused(tmp_path, kaldi_data):
+    targets = kaldi_data[kaldi_data.index("--targets") + 1][len("ark:"):]
+    before = open(targets, "rb").read()
+    result = psgd_train(2, "--algo", "bsp", "--epochs", "2", *kaldi_data, "--metrics", targets)
+    assert_clean_failure(result, "--metrics %s would replace the input --targets ark:%s"
+                         % (targets, targets))
+    assert _trained_nothing(result)
+    assert open(targets, "rb").read() == before
+
+
 # 21: a full disk names the file ---------------------------------------------------------
 def disk_full(folder, *argv):
     """mpirun of psgd.worker ARGV where the disk of `folder` is full."""

@@ -50,3 +50,26 @@ def test_other_ranks_check_only_the_checkpoint_folder(tmp_path):
     plan = output_plan.of_args(args(out=str(tmp_path / "d"), checkpoint_dir=str(tmp_path)))
     assert "is a directory" in output_plan.problem(plan, main=True)
     assert output_plan.problem(plan, main=False) is None
+
+
+def test_an_output_may_not_replace_an_input_but_the_transform_it_applies(tmp_path,
+                                                                          monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "feats.scp").write_text("u1 a/f.ark:12\nu2 a/f.ark:99\nu3 b.ark\n"
+                                        "u4 gunzip -c x.gz |\n")
+    given = args(out="exp/final.nnet", metrics="ali.ark", feats="scp:feats.scp",
+                 targets="ark:ali.ark", cv_feats="ark:gunzip -c cv.ark.gz |", cv_targets=None,
+                 feature_transform="exp/final.feature_transform")
+    inputs = output_plan.inputs_of(given)
+    assert inputs == [("--feats scp:feats.scp", "feats.scp"), ("--feats scp:feats.scp", "a/f.ark"),
+                      ("--feats scp:feats.scp", "b.ark"), ("--targets ark:ali.ark", "ali.ark"),
+                      ("--feature-transform exp/final.feature_transform",
+                       "exp/final.feature_transform")]
+    plan = output_plan.of_args(given, KALDI)
+    assert output_plan.replaced_input(plan, inputs) == \
+        "--metrics ali.ark would replace the input --targets ark:ali.ark: give it another name"
+    given.metrics = None
+    assert output_plan.replaced_input(output_plan.of_args(given, KALDI), inputs) is None
+    given.out = "exp/final.feature_transform"
+    assert "would replace the input --feature-transform" in output_plan.replaced_input(
+        output_plan.of_args(given, KALDI), inputs)
