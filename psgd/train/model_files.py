@@ -54,6 +54,8 @@ def read_model(path, xp=np, seed=0):
     net = network_from_header(model, xp, seed, path)
     try:
         net.load_state_dict(arrays)
+    except UsageError as exc:
+        raise UsageError("%s: %s" % (path, exc)) from None
     except (KeyError, ValueError, TypeError) as exc:
         raise UsageError("%s: its arrays do not fit the model its header describes (%s)"
                          % (path, _first_line(exc))) from None
