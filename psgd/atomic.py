@@ -5,12 +5,21 @@ A write goes to a temporary file beside its target, named after the writer
 (`.tmp-PID@HOST-XXXX`), is fsynced and renamed over the target, with the mode
 the umask gives any new file (mkstemp alone makes it 0600). Readers see the
 old file or the new one, never a torn one. A writer killed mid-write leaves
-its temporary file behind; psgd.train.outputs removes those of dead writers."""
+its temporary file behind; psgd.train.outputs removes those of dead writers.
+A write that fails (a full disk, a folder that is a file) raises WriteError,
+an OSError that names the target, not the temporary file."""
 import os
 import socket
 import tempfile
 
 TMP = ".tmp-"
+
+
+class WriteError(OSError):
+    """Writing `filename` failed: errno and strerror are the system's."""
+
+    def __str__(self):
+        return "cannot write %s: %s" % (self.filename, self.strerror)
 
 
 def writer_name():
@@ -38,16 +47,21 @@ def temporary_beside(path, suffix=""):
 
 def atomic_write(path, write, binary=True, suffix=""):
     """write(f) into a temporary file beside `path`, then rename it over `path`."""
-    tmp = temporary_beside(path, suffix)
+    try:
+        tmp = temporary_beside(path, suffix)
+    except OSError as exc:
+        raise WriteError(exc.errno, exc.strerror or str(exc), path) from exc
     try:
         with open(tmp, "wb" if binary else "w") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and not isinstance(exc, WriteError):
+            raise WriteError(exc.errno, exc.strerror or str(exc), path) from exc
         raise
     fsync_dir(os.path.dirname(os.path.abspath(path)))
 

@@ -11,6 +11,7 @@ from mpi4py import MPI
 
 from . import agreement
 from .algorithms import lifecycle
+from .atomic import WriteError
 from .errors import NonFiniteError, UsageError, is_collective
 from .train import parse_args, run
 
@@ -55,7 +56,7 @@ def main(argv=None):
         return 2
     try:
         run(args)
-    except (UsageError, NonFiniteError) as exc:
+    except (UsageError, NonFiniteError, WriteError) as exc:
         if is_collective(exc):
             lifecycle.forget_all()
             sys.stderr.write("%s: error: %s\n" % (PROG, exc))

@@ -13,6 +13,8 @@ import sys
 
 import numpy as np
 
+from psgd.errors import UsageError
+
 from .cli import OneLineParser, boolean, run
 from .feature_transform import FeatureTransform
 from .nnet1 import info
@@ -45,14 +47,21 @@ class _Extras:
 
 
 def convert(args):
-    from psgd.train.model_files import COUNTS_KEY, TRANSFORM_KEY, read_model, save_model
+    from psgd.train import output_plan
+    from psgd.train.model_files import (COUNTS_KEY, TRANSFORM_KEY, check_extras, read_model,
+                                        save_model)
     net, model, extras = read_model(args.input)
     transform = (FeatureTransform.read(args.feature_transform) if args.feature_transform
                  else extras.get(TRANSFORM_KEY))
     counts = (read_counts(args.class_frame_counts).astype(np.int64)
               if args.class_frame_counts else extras.get(COUNTS_KEY))
-    save_model(args.output, net.state_dict(), {"model": model}, _Extras(transform, counts),
-               binary=args.binary)
+    check_extras(model, args.input, transform, counts,
+                 args.class_frame_counts or "%s (its class counts)" % args.input)
+    data = _Extras(transform, counts)
+    problem = output_plan.problem(output_plan.model_file(args.output, data, ""))
+    if problem:
+        raise UsageError(problem)
+    save_model(args.output, net.state_dict(), {"model": model}, data, binary=args.binary)
 
 
 def show_info(args):
@@ -69,7 +78,8 @@ def show_info(args):
 
 def main(argv=None):
     args = _parser().parse_args(argv)
-    return run(PROG, convert if args.command == "convert" else show_info, args)
+    return run("%s %s" % (PROG, args.command), convert if args.command == "convert"
+               else show_info, args)
 
 
 if __name__ == "__main__":

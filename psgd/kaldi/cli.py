@@ -1,8 +1,14 @@
-"""What the two Kaldi command lines share: one-line argument errors, Kaldi's
-spelling of booleans, and a bad input reported as one line, exit status 2."""
+"""What the Kaldi command lines share: one-line argument errors, Kaldi's
+spelling of booleans, finite numbers, and one error path: any failure is one
+line `PROG: error: ...` and a non-zero exit, never a traceback (set
+PSGD_TRACEBACK=1 to see one when debugging psgd itself)."""
 import argparse
+import math
+import os
 import sys
+import traceback
 
+from psgd.atomic import WriteError
 from psgd.errors import UsageError
 
 
@@ -20,10 +26,40 @@ def boolean(text):
     return value
 
 
+def finite(text):
+    """A float flag's value that must be a finite number (not nan, not inf)."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError("invalid float value: %r" % (text,)) from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError("%r is not a finite number" % (text,))
+    return value
+
+
+def describe(exc):
+    """One line for any failure: a UsageError is the user's own text; an
+    OSError names its file (a write error from psgd.atomic names its target)."""
+    if isinstance(exc, (UsageError, WriteError)):
+        return str(exc)
+    if isinstance(exc, OSError):
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        return "%s: %s" % (exc.filename, reason) if exc.filename is not None else reason
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return "%s%s" % (type(exc).__name__, ": " + text if text else "")
+
+
 def run(prog, action, args):
     try:
         action(args)
     except UsageError as exc:
-        sys.stderr.write("%s: error: %s\n" % (prog, exc))
+        sys.stderr.write("%s: error: %s\n" % (prog, describe(exc)))
         return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:   # the tools' one error path: nothing escapes as a traceback
+        if os.environ.get("PSGD_TRACEBACK"):
+            traceback.print_exc()
+        sys.stderr.write("%s: error: %s\n" % (prog, describe(exc)))
+        return 1
     return 0

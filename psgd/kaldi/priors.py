@@ -8,6 +8,8 @@ cutoff (default 1e-10) are raised to it and their prior made huge
 """
 import numpy as np
 
+from psgd.errors import UsageError
+
 from ..atomic import atomic_write_bytes
 from .encoding import Reader
 from .nnet1 import read_bytes
@@ -24,12 +26,19 @@ def write_counts(path, counts):
 
 
 def read_counts(path):
+    """The counts in `path`; counts that are no frame counts (negative, NaN,
+    or none above zero) are refused: their priors would be NaN."""
     data = read_bytes(path)
     reader = Reader(data, path)
     if reader.binary:
-        return reader.vector("the class frame counts").astype(np.float64)
-    body = reader._bracketed("the class frame counts")
-    return np.asarray(reader._numbers(body, "the class frame counts"), dtype=np.float64)
+        counts = reader.vector("the class frame counts").astype(np.float64)
+    else:
+        body = reader._bracketed("the class frame counts")
+        counts = np.asarray(reader._numbers(body, "the class frame counts"), dtype=np.float64)
+    if not (np.isfinite(counts).all() and (counts >= 0).all() and counts.sum() > 0):
+        raise UsageError("%s: class frame counts must be finite, >= 0 and not all 0"
+                         % path)
+    return counts
 
 
 def log_priors(counts, cutoff=1e-10):

@@ -61,6 +61,9 @@ def read_model(path, xp=np, seed=0):
         net.load_state_dict(arrays)
     except UsageError as exc:
         raise UsageError("%s: %s" % (path, exc)) from None
+    except (KeyError, ValueError, TypeError) as exc:
+        raise UsageError("%s: its arrays do not fit the model its header describes (%s)"
+                         % (path, _first_line(exc))) from None
     if TRANSFORM_KEY in extras:
         extras[TRANSFORM_KEY] = kaldi.FeatureTransform.parse(
             extras[TRANSFORM_KEY].tobytes(), "%s (its feature transform)" % path)
@@ -68,12 +71,50 @@ def read_model(path, xp=np, seed=0):
 
 
 def network_from_header(model, xp, seed, name):
-    if model.get("name") == "nnet1":
-        net = kaldi.network_from_spec(model.get("layers", []), xp=xp, seed=seed, name=name)
-    else:
-        net = build_model(model.get("name"), tuple(model.get("input_shape", ())),
-                          model.get("num_classes"), xp=xp, seed=seed, **model.get("sizes", {}))
-    return net
+    """The network a header describes; a header that describes none (edited
+    by hand: the checksum covers the arrays only) is one line naming `name`."""
+    try:
+        if not isinstance(model, dict):
+            raise TypeError("'model' is not an object")
+        if model.get("name") == "nnet1":
+            return kaldi.network_from_spec(model.get("layers", []), xp=xp, seed=seed, name=name)
+        return build_model(model.get("name"), tuple(model.get("input_shape", ())),
+                           model.get("num_classes"), xp=xp, seed=seed, **model.get("sizes", {}))
+    except UsageError as exc:
+        text = str(exc)
+        raise UsageError(text if text.startswith(name) else "%s: %s" % (name, text)) from None
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+        raise UsageError("%s: malformed model header (%s)" % (name, _first_line(exc))) from None
+
+
+def _first_line(exc):
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return text or type(exc).__name__
+
+
+def files_written(path, data=None):
+    """[path, side files...]: what save_model(path, ..., data) writes."""
+    if not writes_nnet1(path):
+        return [path]
+    folder = os.path.dirname(path)
+    sides = [(TRANSFORM_FILE, getattr(data, "feature_transform", None)),
+             (COUNTS_FILE, getattr(data, "class_counts", None))]
+    return [path] + [os.path.join(folder, name) for name, extra in sides if extra is not None]
+
+
+def check_extras(model, name, transform=None, counts=None, counts_name=None):
+    """Refuse a feature transform whose output is not the input of the model
+    `name` (its header `model`), or class counts of another length than its
+    outputs: stored or applied, either would fail only at decoding."""
+    want = int(np.prod(model.get("input_shape") or [0]))
+    if transform is not None and transform.output_dim != want:
+        raise UsageError("%s gives features of dimension %d, but %s takes %d"
+                         % (transform.name, transform.output_dim, name, want))
+    classes = model.get("num_classes")
+    if counts is not None and classes is not None and len(counts) != int(classes):
+        raise UsageError("%s has counts of %d classes, but %s has %d outputs"
+                         % (counts_name or "the class frame counts", len(counts), name,
+                            classes))
 
 
 def _nnet1_header(layers, net):
@@ -129,12 +170,13 @@ def save_model(path, state, header, data=None, binary=True):
     if writes_nnet1(path):
         net = network_from_header(header["model"], np, 0, path)
         net.load_state_dict(state)
-        folder = os.path.dirname(os.path.abspath(path))
-        kaldi.write_nnet(path, kaldi.layers_of(net, name=path), binary=binary)
+        files = iter(files_written(path, data)[1:])
+        # the side files first: a model is never left without them
         if transform is not None:
-            transform.write(os.path.join(folder, TRANSFORM_FILE), binary=False)
+            transform.write(next(files), binary=False)
         if counts is not None:
-            kaldi.write_counts(os.path.join(folder, COUNTS_FILE), counts)
+            kaldi.write_counts(next(files), counts)
+        kaldi.write_nnet(path, kaldi.layers_of(net, name=path), binary=binary)
         return
     arrays = dict(state)
     if transform is not None:

@@ -1,17 +1,15 @@
 """Output files (--out, --plot, --metrics, --checkpoint-dir): checked at
-start-up, before any epoch is trained, and written atomically (psgd.atomic).
+start-up, before any epoch is trained (output_plan), and written atomically
+(psgd.atomic).
 A writer killed mid-write leaves its temporary file behind: the next start
 removes the ones of writers that are dead (same host, no such process)."""
 import os
 import socket
-import tempfile
 import time
 
-from ..atomic import TMP, atomic_write, fsync_dir, writer_name  # noqa: F401 (re-exported)
+from ..atomic import TMP, atomic_write  # noqa: F401 (atomic_write re-exported)
 from ..errors import UsageError
 
-PLOT_FORMATS = ("png", "pdf", "svg", "svgz", "eps", "ps", "jpg", "jpeg", "tif", "tiff",
-                "webp", "pgf")
 _ORPHAN_AGE_S = 3600    # a temporary file without a writer's name: this old is debris
 
 
@@ -54,73 +52,23 @@ def _dead_writer(path, name, host):
     return False
 
 
-# start-up checks ------------------------------------------------------------------
-def check_file(path, flag, formats=None):
-    """The UsageError text for an output file that cannot be written, or None."""
-    if os.path.isdir(path):
-        return "--%s %s is a directory; give a file name" % (flag, path)
-    if formats is not None:
-        ext = os.path.splitext(path)[1][1:].lower()
-        if ext not in formats:
-            return "--%s %s: unknown format %r; use one of %s" % (
-                flag, path, ext, ", ".join("." + f for f in formats))
-    if os.path.exists(path) and not os.access(path, os.W_OK):
-        return "--%s %s: file is not writable" % (flag, path)
-    return _check_folder(os.path.dirname(os.path.abspath(path)), flag, path)
-
-
-def check_folder(path, flag):
-    if os.path.exists(path) and not os.path.isdir(path):
-        return "--%s %s is not a directory" % (flag, path)
-    return _check_folder(os.path.abspath(path), flag, path)
-
-
-def _check_folder(folder, flag, path):
-    existing = folder
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        return "--%s %s: %s is not a directory" % (flag, path, existing)
-    try:   # the one honest test (root ignores permission bits, mounts may be read-only)
-        fd, probe = tempfile.mkstemp(prefix="%s%s-" % (TMP, writer_name()), dir=existing)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        return "--%s %s: cannot write in %s (%s)" % (flag, path, existing,
-                                                    exc.strerror or exc)
-    return None
-
-
-def check_outputs(args):
-    """Every output path of a run, checked before training; debris of dead
-    writers beside them removed. Returns an error text or None."""
-    checks = [(args.out, lambda p: check_file(p, "out")),
-              (args.metrics, lambda p: check_file(p, "metrics")),
-              (args.plot, lambda p: check_file(p, "plot", PLOT_FORMATS)),
-              (args.checkpoint_dir, lambda p: check_folder(p, "checkpoint-dir"))]
-    for path, check in checks:
-        if path:
-            problem = check(path)
-            if problem:
-                return problem
-    for path in (args.out, args.metrics, args.plot):
-        if path:
-            remove_debris(os.path.dirname(os.path.abspath(path)))
-    return None
-
-
-def prepare(comm, args, main):
-    """Collective: rank 0 checks every output path, takes the lock on
-    --checkpoint-dir and removes debris of dead writers; any problem is one
-    line on every rank. Returns the lock (held until released or exit)."""
+def prepare(comm, args, main, data=None):
+    """Collective: every rank checks the outputs it will write (output_plan:
+    rank 0 all of them, side files of an nnet1 --out included; the others
+    --checkpoint-dir), rank 0 takes the lock on --checkpoint-dir and removes
+    debris of dead writers; any problem is one line on every rank. Returns
+    the lock (held until released or exit)."""
     from .. import agreement
+    from . import output_plan
     from .dirlock import DirectoryLock
-    error, lock = None, None
-    if main:
+    lock, plan = None, output_plan.of_args(args, data)
+    problem = output_plan.problem(plan, main, output_plan.inputs_of(args) if main else ())
+    error = UsageError(problem) if problem else None
+    if main and error is None:
         try:
-            problem = check_outputs(args)
-            if problem:
-                raise UsageError(problem)
+            for output in plan:
+                if not output.folder:
+                    remove_debris(os.path.dirname(os.path.abspath(output.path)))
             if args.checkpoint_dir:
                 lock = DirectoryLock(args.checkpoint_dir)
                 for folder in [args.checkpoint_dir] + [

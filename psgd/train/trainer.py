@@ -115,7 +115,7 @@ class Trainer(mpi.Closeable):
     def _setup_run(self):
         """Watchdog, checkpoints (and resume), metrics, the opening log line."""
         args = self.args
-        self.outputs_lock = outputs.prepare(self.comm, args, self.main)
+        self.outputs_lock = outputs.prepare(self.comm, args, self.main, self.data)
         consistency.warn_unused_gpu_ids(args, self.backend.name, self.main)
         self.hosts = mpi.host_names(self.comm)
         self.watchdog = Watchdog(self.comm, args.stall_timeout, args.stall_abort,
