@@ -46,12 +46,16 @@ class Checkpointer:
         if not everyone[0]:
             raise UsageError("checkpoint %s could not be written%s" % (
                 folder, "" if ok else ": %s" % error))
+        error = None
         if self.rank == 0:
-            self._point_latest(os.path.basename(folder))
-            self._prune(epoch)
-            _remove_leftovers(folder)
-            _remove_leftovers(self.directory)   # a LATEST being written when killed
-        self.comm.Barrier()
+            try:
+                self._point_latest(os.path.basename(folder))
+                self._prune(epoch)
+                _remove_leftovers(folder)
+                _remove_leftovers(self.directory)   # a LATEST being written when killed
+            except OSError as exc:      # a full disk: LATEST still names the last checkpoint
+                error = UsageError("checkpoint %s: %s" % (folder, exc))
+        agreement.agree(self.comm, error)           # the others wait for LATEST here
 
     def _point_latest(self, name):
         atomic_write(os.path.join(self.directory, LATEST),
