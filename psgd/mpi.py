@@ -11,7 +11,7 @@ from . import cuda_aware as _cuda_aware
 from .backend import array_module
 from .errors import UsageError
 
-# Wire protocol of the server algorithms (ALGORITHMS.md).
+# Wire protocol of the server algorithms (docs/protocol.md).
 TAG_MSG = 0
 TAG_MODEL = 1
 MSG_SYNC = 0

@@ -1,5 +1,5 @@
 """The server algorithms' model messages in pieces, and the server's side of
-a sync run piece by piece (ALGORITHMS.md, Fixes 1: an exchange pipelined in
+a sync run piece by piece (docs/algorithms.md, Fixes 1: an exchange pipelined in
 chunks of the flat buffer).
 
 A worker sends its buffer and receives the center as a train of messages of

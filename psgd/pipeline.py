@@ -1,5 +1,5 @@
 """The pipelined allreduce: a collective algorithm's update run chunk by
-chunk under the sums of the neighbouring chunks (ALGORITHMS.md, Fixes 1).
+chunk under the sums of the neighbouring chunks (docs/algorithms.md, Fixes 1; docs/protocol.md).
 
 A collective algorithm's update is elementwise, so it may run on any
 partition of the buffer: the sum of chunk c is in flight (Iallreduce) while

@@ -40,7 +40,7 @@ def create(name, model, comm=None, buffers=False, **options):
     """psgd algorithm `name` over `model`'s parameters, which from now on live in
     psgd's flat buffer. Collective over `comm` (default MPI.COMM_WORLD): a bad
     model on any rank raises the same UsageError on every rank, before any rank
-    changes its model. `options` are the algorithm's (ALGORITHMS.md)."""
+    changes its model. `options` are the algorithm's (docs/algorithms.md)."""
     comm = mpi.communicator(comm)
     error = plan = None
     try:

@@ -1,4 +1,4 @@
-"""Serial NumPy evaluations of the equations of ALGORITHMS.md, written
+"""Serial NumPy evaluations of the equations of docs/algorithms.md, written
 independently of psgd so the MPI tests can check the code against the math."""
 import numpy as np
 
@@ -17,8 +17,8 @@ def bsp(ws, ns, state, uniform=False):
 
 
 def bmuf(ws, ns, state, eta, zeta, nesterov):
-    """ALGORITHMS.md's bmuf, line by line, with its state w_g, D and s ("s is
-    where the block started (it starts at w_g)"):
+    """docs/algorithms.md's bmuf, line by line, with its state w_g, D and s
+    (where the block started: w_g at first):
         G  = sum_k (n_k / n) * (w_k - s)
         D <- eta * D + zeta * G
         w_g <- w_g + D
@@ -109,7 +109,7 @@ def asgd(x0, log, local, alpha, momentum=None, scope="worker", compensation="non
 
 
 def barrier_replies(log, finished, period, workers):
-    """The reply counts ALGORITHMS.md's barrier rule gives (asgd's
+    """The reply counts docs/algorithms.md's barrier rule gives (asgd's
     barrier_period = K), from the service order alone: "the reply to every
     K-th sync the server serves, and every reply after it, is held until
     every still-running worker is waiting; then all are answered with the

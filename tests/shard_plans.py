@@ -1,5 +1,5 @@
 """The sharded-server checks (servers = S > 1): every shard's center, and
-every worker's slice of that shard, against a serial replay of ALGORITHMS.md
+every worker's slice of that shard, against a serial replay of docs/algorithms.md
 in the order that shard's own server logged, restricted to the shard."""
 import numpy as np
 

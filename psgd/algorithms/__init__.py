@@ -1,4 +1,4 @@
-"""The synchronization algorithms of ALGORITHMS.md, one module each. Each
+"""The synchronization algorithms of docs/algorithms.md, one module each. Each
 module registers itself on import; the import order is the order users see
 (collective algorithms first, then the server ones)."""
 from .base import REGISTRY, Algorithm

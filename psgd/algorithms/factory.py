@@ -41,7 +41,7 @@ def message_settings(server_based):
 
 def create(name, params, comm=None, grads=None, stats=None, servers=None, exchange=None,
            **options):
-    """The object for this rank's role in algorithm `name` (see ALGORITHMS.md).
+    """The object for this rank's role in algorithm `name` (see docs/algorithms.md).
     Collective over `comm`: any error on any rank is raised on every rank.
     `stats`: optional non-trained arrays (BatchNorm running statistics); like
     `params` they become views into a flat buffer (`obj.stats`) that starts

@@ -1,5 +1,5 @@
 """What easgd, asgd and masgd share on rank 0: the event loop (Kaldi's
-EasgdServer/AsgdServer run loop, with the fixes of ALGORITHMS.md); the worker
+EasgdServer/AsgdServer run loop, with the fixes of docs/algorithms.md); the worker
 side of the wire protocol is server_worker.py. The algorithm files hold only
 their exchange and update.
 

@@ -2,7 +2,7 @@
 local rate, the large-batch rule and the block size that a user who types
 only `--algo X` gets, each chosen by measurement (MNIST-1D CNN, Adam, 30
 epochs; BENCHMARKS.md's convergence grid, benchmarks/FINDINGS.md). The
-algorithms' own defaults (psgd.create) stay those of ALGORITHMS.md."""
+algorithms' own defaults (psgd.create) stay those of docs/algorithms.md."""
 import math
 
 from ..nnet.optimizers import OPTIMIZERS, momentum_option
@@ -14,7 +14,7 @@ DEFAULT_LR = {"sgd": 0.05, "momentum": 0.02, "nesterov": 0.02, "adagrad": 0.02,
 
 def trainer_defaults(algo, num_workers, outer=None):
     """Algorithm options the trainer sets when the user does not, by N. The
-    algorithms' own defaults (psgd.create) stay those of ALGORITHMS.md; these
+    algorithms' own defaults (psgd.create) stay those of docs/algorithms.md; these
     are what the convergence benchmark measured best with the trainer's data
     and models (MNIST-1D CNN, Adam, 30 epochs, BENCHMARKS.md):
     - easgd alpha = max(0.9 / N, 0.3): the paper's beta = N * alpha = 0.9
@@ -69,7 +69,7 @@ def bmuf_lr_factor(N):
 
 
 # sod: the outer Nesterov step (momentum 0.9) multiplies a steady block delta
-# by up to outer_lr / (1 - 0.9) = 7 at ALGORITHMS.md's 0.7, which suits the
+# by up to outer_lr / (1 - 0.9) = 7 at the algorithm's own 0.7, which suits the
 # averaged delta of 4 and more workers but overshoots with fewer. So the
 # trainer takes 0.7 * min(1, N / 4). Gap to one plain worker, mean of seeds
 # 1-3, in points, MNIST-1D / Kaldi corpus: at 1 worker 0.7: 1.4 / 2.7, 0.175:

@@ -1,4 +1,4 @@
-"""The floors of ARCHITECTURE.md over the real import graph of psgd/, every
+"""The floors of docs/architecture.md over the real import graph of psgd/, every
 import statement (relative ones and those inside functions included): each
 module imports only from floors below its own, or from its own package."""
 import ast

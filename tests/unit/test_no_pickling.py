@@ -1,4 +1,4 @@
-"""ALGORITHMS.md: only buffer-based (uppercase) MPI calls, nothing pickled, on
+"""docs/protocol.md: only buffer-based (uppercase) MPI calls, nothing pickled, on
 any path. mpi4py's lowercase communication methods pickle; none is called on
 a communicator anywhere in psgd/."""
 import ast

@@ -1,5 +1,5 @@
 """The serial reference itself, on cases small enough to work out by hand
-from ALGORITHMS.md's text (so a wrong reading of the contract cannot hide
+from docs/algorithms.md's text (so a wrong reading of the contract cannot hide
 behind a replay that agrees with the code)."""
 import numpy as np
 

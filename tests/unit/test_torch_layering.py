@@ -1,5 +1,5 @@
 """psgd.torch is optional and floor 3: only psgd/torch.py imports torch, and
-it leans on the algorithms and the runtime floor only (ARCHITECTURE.md)."""
+it leans on the algorithms and the runtime floor only (docs/architecture.md)."""
 import ast
 import pathlib
 import subprocess

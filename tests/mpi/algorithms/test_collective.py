@@ -1,5 +1,5 @@
 """bsp, bmuf, sod and syncgrad under mpirun against a serial NumPy replay of
-ALGORITHMS.md, with uneven sample counts, a worker without data and early
+docs/algorithms.md, with uneven sample counts, a worker without data and early
 finishers."""
 import numpy as np
 import pytest

@@ -2,7 +2,7 @@
 server updates piece j of a sync while the later ones still travel. With
 the 23-element test model cut into pieces of 1, 5 and 7 elements (uneven,
 across tensors) and in one message, every center and every worker model
-equals the serial replay of ALGORITHMS.md; so do dc (which reads the whole
+equals the serial replay of docs/algorithms.md; so do dc (which reads the whole
 delta first), held replies and shards in pieces. easgd keeps one message.
 A failing update in the middle of a sync ends every rank without a hang,
 and ranks that disagree on the piece size fail at create with one line."""

@@ -1,5 +1,5 @@
 """easgd, asgd and masgd under mpirun: rank 0 serves, the others work. Every
-run is checked against a serial replay of ALGORITHMS.md in the exact order
+run is checked against a serial replay of docs/algorithms.md in the exact order
 the server logged (the log is broadcast as int arrays), with uneven workers:
 one that syncs many times, one that never syncs, one that syncs once, one
 that only pushes its last block from stop()."""

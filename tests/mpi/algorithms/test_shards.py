@@ -1,6 +1,6 @@
 """Sharded parameter servers (servers = S): ranks 0..S-1 each serve one
 contiguous shard of the flat buffer. Every shard's center, and every
-worker's slice of it, equals the serial replay of ALGORITHMS.md in that
+worker's slice of it, equals the serial replay of docs/algorithms.md in that
 shard's own service order; the model here (23 elements in tensors of 12, 0,
 5 and 6) divides by neither 2 nor 3, so shards are uneven and cut tensors.
 S runs up to size - 1 (what the size cannot hold is skipped)."""
@@ -187,7 +187,7 @@ def tight_worker(obj, k, syncs=40):
 def test_barrier_per_shard_in_one_service_order(comm, S, name, scope, period, tight):
     """barrier_period with S servers: servers 1..S-1 serve in rank 0's order,
     so every shard logs the same syncs in the same order, holds the replies
-    ALGORITHMS.md's rule holds, and each center replays."""
+    docs/algorithms.md's rule holds, and each center replays."""
     S = servers_or_skip(comm, S)
     from device_util import load
     from server_plans import local, x0

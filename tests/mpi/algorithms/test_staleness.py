@@ -38,7 +38,7 @@ def test_the_server_counts_staleness(comm, name):
                                            ("masgd", [0, 0, 0, 0])])
 def test_a_lone_workers_staleness_is_the_readmes(comm, name, expected):
     """Issue 25: the README said 0 for a worker alone, easgd reported 1. Both
-    follow ALGORITHMS.md: asgd's reply is the center after the worker's own
+    follow docs/algorithms.md: asgd's reply is the center after the worker's own
     update (nothing in between), easgd's the center from before it, so the
     worker's next delta lands one update (its own) later."""
     if comm.size != 2:

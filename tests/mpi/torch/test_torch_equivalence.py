@@ -1,6 +1,6 @@
 """For every algorithm, a torch model driven by psgd.torch (its optimizer,
 autograd, .grad) ends with the same parameters, on every rank, as the NumPy
-API driven with the same steps on the same numbers (ALGORITHMS.md, to 1e-6).
+API driven with the same steps on the same numbers (docs/algorithms.md, to 1e-6).
 The server algorithms take turns (worker 1, 2, ... each step) so the
 server's order, and with it the center, is the same in both runs."""
 import numpy as np
