@@ -33,10 +33,11 @@ if common.ROOT not in sys.path:
     sys.path.insert(1, common.ROOT)   # psgd from the checkout when not installed
 
 SECTIONS = ("sync_overhead", "server_roundtrip", "server_throughput", "accel", "scaling",
-            "convergence", "memory", "gpu_staging", "torch_ddp", "cluster_sync")
+            "convergence", "memory", "gpu_staging", "torch_ddp", "cluster_sync",
+            "cluster_servers")
 # The cluster regime's sections: jobs across namespace hosts (root only),
 # run by `--regime cluster` and otherwise kept from their saved results.
-CLUSTER_SECTIONS = ("cluster_sync",)
+CLUSTER_SECTIONS = ("cluster_sync", "cluster_servers")
 
 
 def cpu_busy(seconds=1.0):
