@@ -17,6 +17,7 @@ import cluster  # noqa: E402
 import common  # noqa: E402
 
 ALGOS = ("bsp", "bmuf", "sod", "syncgrad")
+PIPELINED = ("bsp", "bmuf", "sod")
 TARGET = 1.10
 TITLE = "Across hosts: sync against the link floor"
 
@@ -97,12 +98,42 @@ def report(runs):
           "above the %.2fx goal from 1e6 parameters up. `load`: the machine's 1-minute load "
           "average before and after the job (2 cores, shared with other work)." % TARGET, "",
           cluster.NOTE, "", common.table(headers, rows), ""]
+    md += _pipeline_table(runs)
     heads = ["%s across 2 hosts at %s: worst sync / link floor from 1e6 up: " % (
         "sync", rate) + ", ".join("%s %.2fx (%d x %d, %s)" % (
             m, worst[m, rate][0], worst[m, rate][1], worst[m, rate][2],
             common.fmt_size(worst[m, rate][3])) for m in ALGOS if (m, rate) in worst)
         for rate in cluster.RATES if any(k[1] == rate for k in worst)]
     return common.Section(TITLE, "\n".join(md), heads, runs)
+
+
+def _pipeline_table(runs):
+    """bsp, bmuf and sod in one Allreduce against pipelined, same job, both
+    against the floor (one call's time is its ratio to the job's Allreduce)."""
+    rows = []
+    for r in runs:
+        by = {row["method"]: row for row in r["rows"]}
+        size = r["rows"][0]["size"]
+        floor = cluster.link_floor(4 * size, r["hosts"], r["rate"])
+        cells = []
+        for m in PIPELINED:
+            row = by.get(m)
+            if row is None or row.get("one_call_ratio") is None:
+                cells += ["-", "-"]
+                continue
+            cells += ["%.2fx" % (row["one_call_ratio"] * row["raw_median"] / floor),
+                      "%.2fx" % (row["sync_median"] / floor)]
+        if any(c != "-" for c in cells):
+            rows.append([r["rate"], "%d x %d" % (r["hosts"], r["per_host"]),
+                         common.fmt_size(size)] + cells)
+    if not rows:
+        return []
+    return ["The same syncs with their exchange in one Allreduce (`one call`) and in "
+            "pipelined chunks (what psgd does across hosts), interleaved in the same job, "
+            "each against the link floor:", "",
+            common.table(["rate", "hosts x ranks", "parameters"] + [
+                "%s %s" % (m, k) for m in PIPELINED for k in ("one call", "pipelined")],
+                rows), ""]
 
 
 if __name__ == "__main__":
