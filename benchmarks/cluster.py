@@ -77,28 +77,15 @@ def hosts(count, rate):
 def mpi_run(placement, argv, timeout=900, env=None):
     """`python -u argv...` across the hosts; `placement` is [(host, ranks)] in
     rank order (MPICH's -hosts: ranks fill each host in turn). Returns stdout;
-    a failure raises with the job's tail; past `timeout` the job is killed."""
-    import signal
+    a failure raises with the job's tail; past `timeout` the job is killed
+    (its ranks on the other hosts then die with the cluster's `down`)."""
     spec = ",".join("%s:%d" % hp for hp in placement)
     n = sum(r for _, r in placement)
-    child = common.child_env(env, pin_blas=True)
     # hydra hands the launcher's environment to every rank on every host
     cmd = [sys.executable, TOOL, "mpirun", "-hosts", spec, "-n", str(n), sys.executable,
            "-u"] + [str(a) for a in argv]
-    proc = subprocess.Popen(cmd, cwd=common.ROOT, env=_env(child), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            stdin=subprocess.DEVNULL)
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        stdout, stderr = proc.communicate()
-        raise RuntimeError("across hosts %s: timed out after %ds:\n%s" % (
-            spec, timeout, stderr[-2000:]))
-    if proc.returncode != 0:
-        raise RuntimeError("across hosts %s: exit %d:\n%s\n%s" % (
-            spec, proc.returncode, stdout[-2000:], stderr[-2000:]))
-    return stdout
+    return common.run_job(cmd, _env(common.child_env(env, pin_blas=True)), timeout,
+                          "across hosts " + spec)
 
 
 def run_child(script, placement, out, args=(), timeout=900, env=None):
