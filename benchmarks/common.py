@@ -70,27 +70,34 @@ BIND_NOTE = ("Ranks are bound to cores (`-bind-to core`) where there are enough 
 
 def mpi_run(np_, argv, timeout=900, env=None, module=False, pin_blas=False):
     """Run `python argv...` (or `python -m argv...`) on np_ ranks; returns
-    stdout. A failure raises with the tail of the job's output; past
-    `timeout` seconds the job's whole process group is killed (mpirun alone
-    would leave its ranks behind)."""
-    import signal
+    stdout (run_job)."""
     # Open MPI refuses more ranks than cores unless told (np 4 on 2 cores).
     over = ["--oversubscribe"] if mpi_flavour() == "openmpi" else []
     cmd = [mpirun_path()] + over + bind_args(np_) + ["-np", str(np_), sys.executable, "-u"]
     cmd += (["-m"] if module else []) + [str(a) for a in argv]
+    return run_job(cmd, child_env(env, pin_blas), timeout, " ".join(cmd[2:]))
+
+
+def run_job(cmd, env, timeout, label):
+    """Run a launcher's command line in a session of its own; returns stdout.
+    A failure raises with the tail of the job's output; past `timeout`
+    seconds the job's whole process group is killed (mpirun alone would
+    leave its ranks behind)."""
+    import signal
     started = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env(env, pin_blas), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            stdin=subprocess.DEVNULL)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         stdout, stderr = proc.communicate()
         raise RuntimeError("%s timed out after %ds:\n%s\n%s" % (
-            " ".join(cmd[2:]), timeout, stdout[-2000:], stderr[-2000:]))
+            label, timeout, stdout[-2000:], stderr[-2000:]))
     if proc.returncode != 0:
         raise RuntimeError("%s failed (exit %d) after %.0fs:\n%s\n%s" % (
-            " ".join(cmd[2:]), proc.returncode, time.perf_counter() - started,
+            label, proc.returncode, time.perf_counter() - started,
             stdout[-3000:], stderr[-3000:]))
     return stdout
 

@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/run_all.py --quick    # a smoke run, small sizes
     .venv/bin/python benchmarks/run_all.py --only sync_overhead,memory  # the rest kept
     .venv/bin/python benchmarks/run_all.py --regime shm  # MPI through shared memory only
+    .venv/bin/python benchmarks/run_all.py --regime cluster  # across namespace hosts (root)
 
 MPI parts are launched with the mpirun beside this interpreter; the
 sections that take a regime run once through shared memory and once with
@@ -32,7 +33,11 @@ if common.ROOT not in sys.path:
     sys.path.insert(1, common.ROOT)   # psgd from the checkout when not installed
 
 SECTIONS = ("sync_overhead", "server_roundtrip", "server_throughput", "accel", "scaling",
-            "convergence", "memory", "gpu_staging", "torch_ddp")
+            "convergence", "memory", "gpu_staging", "torch_ddp", "cluster_sync",
+            "cluster_servers", "cluster_torch")
+# The cluster regime's sections: jobs across namespace hosts (root only),
+# run by `--regime cluster` and otherwise kept from their saved results.
+CLUSTER_SECTIONS = ("cluster_sync", "cluster_servers", "cluster_torch")
 
 
 def cpu_busy(seconds=1.0):
@@ -66,12 +71,20 @@ def main(argv=None):
     p.add_argument("--out", default=os.path.join(common.ROOT, "BENCHMARKS.md"))
     p.add_argument("--render", action="store_true",
                    help="rewrite the report from benchmarks/results/ without measuring")
-    mpi_regimes.add_regime_arg(p)
+    p.add_argument("--regime", default="both", choices=mpi_regimes.REGIMES + ("both", "cluster"),
+                   help="MPI on one machine through shared memory, through its network "
+                        "path, or both (default); or `cluster`: the sections across "
+                        "namespace hosts (bin/psgd-local-cluster, root)")
     args = p.parse_args(argv)
-    chosen = SECTIONS if not args.only else tuple(s for s in args.only.split(",") if s)
+    chosen = tuple(s for s in args.only.split(",") if s) if args.only else tuple(
+        s for s in SECTIONS if (s in CLUSTER_SECTIONS) == (args.regime == "cluster"))
     unknown = [s for s in chosen if s not in SECTIONS]
     if unknown:
         p.error("unknown section(s) %s; valid: %s" % (", ".join(unknown), ", ".join(SECTIONS)))
+    one_machine = [s for s in chosen if s not in CLUSTER_SECTIONS]
+    if args.regime == "cluster" and one_machine:
+        p.error("--only %s: not across hosts; --regime cluster runs %s" % (
+            ",".join(one_machine), ", ".join(CLUSTER_SECTIONS)))
     if args.render:
         return render_saved(chosen, args.out)
     started = time.time()
@@ -86,7 +99,8 @@ def main(argv=None):
         t0 = time.time()
         try:
             module = __import__(name)
-            takes_regime = "regime" in inspect.signature(module.run).parameters
+            takes_regime = ("regime" in inspect.signature(module.run).parameters
+                            and args.regime != "cluster")
             section = module.run(quick=args.quick,
                                  **({"regime": args.regime} if takes_regime else {}))
         except Exception as exc:   # report it and go on: one broken part hides nothing else

@@ -95,6 +95,7 @@ def _measure(comm, size, servers, duration):
     busiest = max(served, key=lambda r: r["syncs"] * r["shard_bytes"])
     return {"size": size, "syncs": syncs, "wall_s": wall, "syncs_per_s": syncs / wall,
             "busiest_bytes_per_s": 2 * busiest["syncs"] * busiest["shard_bytes"] / wall,
+            "servers_bytes_per_s": sum(2 * r["syncs"] * r["shard_bytes"] for r in served) / wall,
             "busiest_busy_share": busiest["busy_s"] / busiest["wall_s"],
             "server_cpu_share": max(r["cpu_s"] / r["wall_s"] for r in served)}
 

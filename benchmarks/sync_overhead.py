@@ -119,6 +119,8 @@ def child(argv):
     p = common.child_args()
     p.add_argument("--sizes", required=True)
     p.add_argument("--methods", default=",".join(ALGOS + ("kaldi",)))
+    p.add_argument("--max-reps", type=int, default=None,
+                   help="at most this many repeats (a slow link's large sizes)")
     args = p.parse_args(argv)
     comm = MPI.COMM_WORLD
     across = mpi.spans_hosts(comm)     # the pipeline threshold depends on it
@@ -131,6 +133,7 @@ def child(argv):
             comm.Allreduce(MPI.IN_PLACE, raw, op=MPI.SUM)
 
         reps = common.repeats_for(raw.nbytes, args.quick)
+        reps = min(reps, args.max_reps or reps)
         for method in args.methods.split(","):
             obj = _make(method, comm, size)
             n_k = 32 + comm.rank   # uneven counts: the weighted path, as in training

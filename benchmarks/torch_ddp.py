@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 MODES = ("ddp", "syncgrad", "bmuf", "easgd")
+BLOCK_MODES = ("bmuf", "sod", "easgd")     # a sync every --blocks minibatches
 TARGET = 0.90
 
 
@@ -41,11 +42,14 @@ def child(argv):
     import psgd.torch
     from psgd.data import load_mnist1d, shard_range
     p = common.child_args()
-    p.add_argument("--mode", choices=MODES, required=True)
+    p.add_argument("--mode", choices=MODES + ("sod",), required=True)
     p.add_argument("--epochs", type=int, default=30)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--blocks", type=int, default=4)
     p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--hidden", type=int, default=256, help="the FC layer's width")
+    p.add_argument("--stop-at", type=float, default=None,
+                   help="end after the first epoch at this held-out accuracy")
     args = p.parse_args(argv)
     comm = MPI.COMM_WORLD
     torch.set_num_threads(1)
@@ -53,7 +57,7 @@ def child(argv):
     mnist1d_cnn, accuracy = _model_factory()
     data = load_mnist1d()
     d = {k: torch.from_numpy(getattr(data, k)) for k in ("x_train", "y_train", "x_test", "y_test")}
-    model = mnist1d_cnn()
+    model = mnist1d_cnn(hidden=args.hidden)
     if args.mode == "ddp":
         import torch.distributed as dist
         dist.init_process_group("gloo", init_method="env://", rank=comm.rank,
@@ -91,7 +95,7 @@ def child(argv):
                     sync.synchronize(n)
                     n = 0
                 opt.step()
-                if args.mode in ("bmuf", "easgd") and (i + 1) % args.blocks == 0:
+                if args.mode in BLOCK_MODES and (i + 1) % args.blocks == 0:
                     sync.synchronize(n, optimizer=opt)
                     n = 0
             if sync is not None:
@@ -101,11 +105,15 @@ def child(argv):
         epoch_s.append(float(took[0]))
         if comm.rank == 0:
             acc.append(accuracy(model, d["x_test"], d["y_test"]))
+        if args.stop_at is not None and comm.bcast(comm.rank == 0 and acc[-1] >= args.stop_at):
+            break
     if args.mode == "ddp":
         torch.distributed.destroy_process_group()
     if comm.rank == 0:
         with open(args.out, "w") as f:
             json.dump({"mode": args.mode, "np": comm.size, "epochs": args.epochs,
+                       "parameters": sum(p.numel() for p in model.parameters()),
+                       "samples": steps * args.batch * workers,
                        "epoch_s": epoch_s, "accuracy": acc, "torch": torch.__version__}, f)
 
 

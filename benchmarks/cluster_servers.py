@@ -1,0 +1,98 @@
+"""Parameter servers across hosts (cluster regime): the round trip of one
+worker, and sharded servers S = 1, 2, 3, each server on a host of its own
+and every worker on another, with the bytes per second through the servers
+against what their links allow.
+
+The child of server_throughput.py (asgd: ranks 0..S-1 serve, the others
+sync back to back for a fixed time), one rank per namespace host, so every
+byte between a worker and a server crosses both hosts' links. A sync moves
+the model's bytes each way (a delta in, the center out), split over the
+shards. What the links allow: min(S, N) links' rate in each direction (the
+servers' S links and the workers' N links carry the same bytes).
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cluster  # noqa: E402
+import common  # noqa: E402
+
+# (servers S, workers N): S = 3 with 3 workers, so that neither side's links
+# are fewer than the servers'
+SHAPES = ((1, 1), (1, 2), (2, 2), (3, 3))
+SIZE = 10 ** 7
+TARGET = 0.90
+TITLE = "Across hosts: parameter servers and their links"
+
+
+def run(quick=False):
+    why = cluster.why_not()
+    if why:
+        return cluster.skipped(TITLE, why)
+    size = 10 ** 6 if quick else SIZE
+    rates = cluster.RATES[:1] if quick else cluster.RATES
+    shapes = SHAPES[:3] if quick else SHAPES
+    runs = []
+    for rate in rates:
+        with cluster.hosts(max(s + n for s, n in shapes), rate):
+            for s, n in shapes:
+                out = common.result_path("cluster_servers_child.json")
+                load = common.load_average()[0]
+                data = cluster.run_child(
+                    "server_throughput.py", cluster.layout(s + n, 1), out,
+                    ["--sizes", size, "--servers", s, "--duration", 2 if quick else 8],
+                    timeout=600)
+                data.update(rate=rate, load=[load, common.load_average()[0]])
+                runs.append(data)
+                print("   %s S=%d N=%d done" % (rate, s, n), flush=True)
+    common.save_json("cluster_servers.json", {"runs": runs, "quick": quick})
+    return report(runs)
+
+
+def rerender():
+    return report(common.load_json("cluster_servers.json")["runs"])
+
+
+def allowed(run):
+    """Bytes per second the links allow through the servers, both directions."""
+    links = min(run["servers"], run["workers"])
+    return 2 * links * cluster.RATE_BITS[run["rate"]] / 8
+
+
+def report(runs):
+    rows, heads = [], []
+    for r in runs:
+        row = r["rows"][0]
+        one_way = 4 * row["size"] * 8 / cluster.RATE_BITS[r["rate"]]
+        share = row["servers_bytes_per_s"] / allowed(r)
+        trip = row["wall_s"] / row["syncs"] * r["workers"]
+        rows.append([r["rate"], r["servers"], r["workers"], common.fmt_size(row["size"]),
+                     row["syncs"], "%.2f s" % trip, "%.2fx" % (trip / one_way),
+                     "%s/s" % common.fmt_bytes(row["servers_bytes_per_s"]),
+                     "%s/s" % common.fmt_bytes(allowed(r)),
+                     "%.2f%s" % (share, "" if share >= TARGET or r["workers"] == 1 else " (!)"),
+                     "%.0f%%" % (100 * row["server_cpu_share"]), "%.1f-%.1f" % tuple(r["load"])])
+        if r["workers"] > 1:
+            heads.append("asgd servers across hosts at %s, S = %d, N = %d: %.2f of what "
+                         "their links allow (%s/s through the servers)" % (
+                             r["rate"], r["servers"], r["workers"], share,
+                             common.fmt_bytes(row["servers_bytes_per_s"])))
+    md = ["asgd with S servers and N workers, one rank per namespace host, the servers "
+          "on hosts h0..h{S-1} and the workers on the others; every worker syncs back to "
+          "back (push a delta, pull the center) for a fixed time. `per sync`: wall time "
+          "per sync of one worker (for N = 1 the server round trip), and against the "
+          "time the model's bytes take on one link one way (bytes / rate: the links are "
+          "full duplex, so the delta in and the center out can share that time). `through servers`: the bytes per second "
+          "every server received and sent together; `allowed`: min(S, N) links' rate "
+          "each way, both directions; `share`: the two's ratio, (!) below the %.2f goal. "
+          "`server CPU`: the busiest server's CPU time over its wall time. `load`: the "
+          "machine's 1-minute load average before and after the job." % TARGET, "",
+          cluster.NOTE, "",
+          common.table(["rate", "S", "N", "parameters", "syncs", "per sync",
+                        "vs bytes / rate", "through servers", "allowed", "share",
+                        "server CPU", "load"], rows), ""]
+    return common.Section(TITLE, "\n".join(md), heads, runs)
+
+
+if __name__ == "__main__":
+    common.script_main(run)
