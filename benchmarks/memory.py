@@ -21,7 +21,7 @@ import common  # noqa: E402
 
 COLLECTIVE = ("bsp", "bmuf", "sod", "syncgrad")
 SERVER = ("easgd", "asgd", "masgd")
-# Model-sized buffers per rank that the math of ALGORITHMS.md needs (default
+# Model-sized buffers per rank that the math of docs/algorithms.md needs (default
 # options), and what each holds. masgd's server: x, the received delta and
 # one v per worker (scope = worker), here N = 2.
 REQUIRED = {
@@ -136,7 +136,7 @@ def report(data):
     size = data["size"]
     md = ["Peak resident memory per rank added by the model and the algorithm, divided by "
           "the model's size (%s float32 parameters = %s), the worst rank of each role. "
-          "`math` is the number of model-sized buffers the update of ALGORITHMS.md needs on "
+          "`math` is the number of model-sized buffers the update of docs/algorithms.md needs on "
           "that rank; `excess` = measured - math, which includes MPI's own scratch (the "
           "`MPI alone` rows: a bare Allreduce / Sendrecv of the same buffer) and NumPy "
           "temporaries." % (common.fmt_size(size), common.fmt_bytes(4 * size)), "",
