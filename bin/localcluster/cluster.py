@@ -70,7 +70,7 @@ def kill(name):
 
 def cut(name, up=False):
     state = require()
-    network.set_link(host(state, name)["name"], up)
+    network.set_link(host(state, name)["name"], up, [h["name"] for h in state["hosts"]])
 
 
 def slow(name, rate):

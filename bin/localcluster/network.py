@@ -5,6 +5,7 @@ the machine's own namespace while it is up."""
 import json
 import re
 import subprocess
+import time
 
 from .state import BRIDGE_NS, NETWORK, PREFIX, PREFIXLEN, ClusterError
 
@@ -89,9 +90,21 @@ def unshape(name):
         run("tc", "-n", ns, "qdisc", "del", "dev", dev, "root", check=False)
 
 
-def set_link(name, up):
-    """Pull (or plug back) the host's cable at the switch."""
+def set_link(name, up, hosts=()):
+    """Pull (or plug back) the host's cable at the switch. Plugged back, the
+    port forwards before this returns, and the neighbour entries of `hosts`
+    are flushed: an address that failed to resolve while the cable was out
+    stays FAILED for seconds, and a connect() to it meanwhile gets "No
+    route to host" (CI saw the resume after a mended cut fail so)."""
     run("ip", "-n", BRIDGE_NS, "link", "set", port(name), "up" if up else "down")
+    if not up:
+        return
+    deadline = time.time() + 5
+    while time.time() < deadline and "forwarding" not in run(
+            "bridge", "-n", BRIDGE_NS, "link", "show", "dev", port(name), check=False).stdout:
+        time.sleep(0.05)
+    for h in hosts:
+        run("ip", "-n", host_ns(h), "neigh", "flush", "all", check=False)
 
 
 def link_up(name):
