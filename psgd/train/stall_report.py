@@ -35,11 +35,21 @@ def stall_report(table, seen_at, now, timeout, hosts=None, beat=0.0):
     phase = table[:, 0]
     age = now - seen_at
     elapsed = table[:, 3] / 1000.0 + age
-    # Every rank's thread starts with the watchdog (it is made collectively)
-    # and beats within a period: one never heard from for longer than the
-    # timeout is silent, like one whose last beat is that old (a host cut
-    # off before its first heartbeat crossed the link is still a lost host).
-    silent = [r for r in range(1, size) if phase[r] != DONE and age[r] > timeout]
+    silent = [r for r in range(1, size) if phase[r] >= 0 and phase[r] != DONE
+              and age[r] > timeout]
+    # A rank never heard from in longer than the timeout since the watchdog
+    # started (with it, collectively) is silent too, unless a rank heard from
+    # is late: a host cut off before its first heartbeat crossed the link is
+    # still a lost host, but on a loaded machine first heartbeats can take
+    # seconds while the rank everyone waits for computes on.
+    never = [r for r in range(1, size) if phase[r] < 0 and age[r] > timeout]
+    # a rank whose heartbeats are overdue may be gone: what it last said it
+    # was doing is stale, and silence names it
+    overdue = [r for r in range(1, size) if beat and age[r] > 2 * beat and phase[r] >= 0]
+    late = [r for r in range(size) if r not in overdue and phase[r] == COMPUTING
+            and elapsed[r] > timeout]
+    if never and (silent or not late):
+        silent = sorted(silent + never)
     # A host cut off goes silent over one heartbeat period, its ranks one by
     # one: the report waits up to two periods for the rest of it.
     going = [r for r in range(1, size) if phase[r] != DONE
@@ -53,11 +63,6 @@ def stall_report(table, seen_at, now, timeout, hosts=None, beat=0.0):
     waiting = [r for r in range(size) if phase[r] in WAITING]
     if not waiting:
         return None
-    # a rank whose heartbeats are overdue may be gone: what it last said it
-    # was doing is stale, and silence (above) will name it
-    overdue = [r for r in range(1, size) if beat and age[r] > 2 * beat and phase[r] >= 0]
-    late = [r for r in range(size) if r not in overdue and phase[r] == COMPUTING
-            and elapsed[r] > timeout]
     stuck = [r for r in waiting if phase[r] == SYNCING and elapsed[r] > timeout]
     serving = [r for r in range(size) if phase[r] == SERVING]   # ranks 0..S-1 under --servers S
     if not late and stuck and all(phase[r] in WAITING for r in range(size)):

@@ -44,6 +44,18 @@ def test_a_host_never_heard_from_is_silent_not_late():
                         beat=0.75) is None
 
 
+def test_ranks_not_yet_heard_from_wait_while_a_rank_heard_from_is_late():
+    """A loaded machine: the workers' first heartbeats have not come in the
+    timeout, but rank 0 (a server that never runs) says it has computed for
+    longer: it is the one named, once the workers are heard waiting."""
+    t = table([COMPUTING, -1, -1], ms=2500)
+    seen = np.array([100.0, 97.5, 97.5])
+    assert stall_report(t, seen, 100.0, 2.0, beat=0.5) is None
+    t[1:, 0] = SYNCING
+    line, _ = stall_report(t, np.array([100.0, 100.0, 100.0]), 100.0, 2.0, beat=0.5)
+    assert line.startswith("psgd: stall: not arrived after 2s: rank 0 (computing for"), line
+
+
 def test_one_silent_rank_of_a_host_is_a_rank_not_the_host():
     t = table([SYNCING, SYNCING, COMPUTING, SYNCING])
     seen = np.array([100.0, 100.0, 100.0, 90.0])
