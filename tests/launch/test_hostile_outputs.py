@@ -116,8 +116,11 @@ def test_a_second_job_on_a_locked_checkpoint_dir_is_refused_and_a_killed_ones_lo
             if first.poll() is None:
                 first.kill()
                 first.wait()
+    # one epoch more than the killed job checkpointed (fewer is refused)
+    with open(os.path.join(ck, "LATEST")) as f:
+        epochs = int(json.load(f)["folder"][len("epoch-"):]) + 2
     again = psgd_train(2, "--algo", "bsp", "--model", "mlp", "--hidden", "16",
-                       "--num-samples", "2000", "--quiet", "--epochs", "1", "--resume",
+                       "--num-samples", "2000", "--quiet", "--epochs", str(epochs), "--resume",
                        "--checkpoint-dir", ck)
     assert again.returncode == 0, again.stderr
 
