@@ -8,6 +8,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import cuda_aware as _cuda_aware
+from . import mpi_async
 from .backend import array_module
 from .errors import UsageError
 
@@ -275,6 +276,18 @@ class Exchange:
         self._received()
         if after:
             after(0, self.buffer.size)
+
+    def allreduce_async(self, before=None, after=None):
+        """allreduce(before, after) carried out by psgd's transfer thread
+        while the caller goes on (psgd/mpi_async.py); the Handle's wait()
+        returns once the sum is in `buffer.data` and `after` has run."""
+        def job():
+            if self.buffer.on_device:
+                with self.buffer.data.device:   # the thread's current device
+                    self.allreduce(before, after)
+            else:
+                self.allreduce(before, after)
+        return mpi_async.start(job)
 
     def bcast(self, root=MAIN_RANK):
         Bcast(self.comm, self._readable(), root)
