@@ -10,6 +10,9 @@ linked at 1 Gb/s (bin/psgd-local-cluster, ranks split evenly):
 - DDP: gloo, bucketed gradient allreduce overlapped with backward;
 - psgd syncgrad through psgd.torch.DistributedOptimizer (buckets summed on
   psgd's transfer thread while backward runs): the same math as DDP;
+- psgd syncgrad as before DistributedOptimizer ("syncgrad_late"): the
+  user's loop calls sync.synchronize(batch) after backward, so every sum
+  starts then and nothing hides under backward;
 - psgd bmuf and easgd (a sync every 4 steps, their defaults): model averaging.
 
 The runs are interleaved: each repetition runs every mode once per
@@ -35,10 +38,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import torch_ddp_report  # noqa: E402
 
-MODES = ("ddp", "syncgrad", "bmuf", "easgd")
+MODES = ("ddp", "syncgrad", "syncgrad_late", "bmuf", "easgd")
 MODELS = {"cnn": 256, "wide": 32768}      # the hidden layer's width
 CALIBRATION_STEPS = 8
-CLUSTER = "bench-torch"                   # PSGD_LOCAL_CLUSTER of the cross-host runs
+CLUSTER = "torch"                         # PSGD_LOCAL_CLUSTER of the cross-host runs
 TOOL = os.path.join(common.ROOT, "bin", "psgd-local-cluster")
 
 
@@ -95,13 +98,14 @@ def child(argv):
         workers, k, quiet = comm.size, comm.rank, trained.no_sync
     else:
         trained = model
-        sync = psgd.torch.create(args.mode, model, comm=comm)
+        sync = psgd.torch.create(args.mode.replace("_late", ""), model, comm=comm)
         workers, k = sync.N, comm.rank - (comm.size - sync.N)
-        if sync.role != "server":
+        if sync.role != "server" and args.mode != "syncgrad_late":
             opt = psgd.torch.DistributedOptimizer(
                 opt, sync, samples=args.batch,
                 every=None if args.mode == "syncgrad" else args.blocks)
-        quiet = opt.no_sync if args.mode == "syncgrad" else _nothing
+        quiet = {"syncgrad": getattr(opt, "no_sync", None),
+                 "syncgrad_late": sync.no_sync}.get(args.mode, _nothing)
     serving = sync is not None and sync.role == "server"
     lo, hi = shard_range(len(d["y_train"]), max(k, 0), workers)
     steps = len(d["y_train"]) // workers // args.batch
@@ -141,21 +145,23 @@ def child(argv):
                 t = clock.lap("forward", t)
                 loss.backward()
                 t = clock.lap("backward", t)
-                if args.mode == "syncgrad":
+                if args.mode.startswith("syncgrad"):
                     sync.synchronize(args.batch)   # what opt.step() does first, timed apart
                     t = clock.lap("wait", t)
-                    opt.local_step()
+                    getattr(opt, "local_step", opt.step)()
                 else:
                     opt.step()
                 clock.lap("step", t)
-            if sync is not None:
+            if args.mode == "syncgrad_late":
+                sync.stop(0, optimizer=opt)
+            elif sync is not None:
                 opt.stop()
         took = np.array([time.perf_counter() - start])
         comm.Allreduce(MPI.IN_PLACE, took, op=MPI.MAX)
         epoch_s.append(float(took[0]))
         if comm.rank == 0:
             acc.append(accuracy(model, d["x_test"], d["y_test"]))
-    sums = _sums_alone(comm, sync) if args.mode == "syncgrad" else None
+    sums = _sums_alone(comm, sync) if args.mode.startswith("syncgrad") else None
     # the last rank always trains (rank 0 serves under easgd): its steps are reported
     last = comm.size - 1
     steps_of_last = comm.bcast((clock.medians(), alone.medians()) if comm.rank == last
@@ -239,7 +245,7 @@ def launch(setting, mode, epochs, out):
         env.update(MASTER_ADDR="127.0.0.1", GLOO_SOCKET_IFNAME="lo")
     else:
         env.update(MASTER_ADDR="198.18.0.10", GLOO_SOCKET_IFNAME="eth0",
-                   PSGD_LOCAL_CLUSTER=CLUSTER)
+                   PSGD_LOCAL_CLUSTER=CLUSTER, MPIEXEC=common.mpirun_path())
         launcher = [sys.executable, TOOL, "mpirun", "-hosts",
                     ",".join("h%d:%d" % (i, np_ // hosts) for i in range(hosts))]
     return common.run_child("torch_ddp.py", np_, out, ["--mode", mode, "--model", model,

@@ -5,9 +5,9 @@ and the per-step breakdown."""
 import common
 
 TITLE = "PyTorch: psgd against DistributedDataParallel"
-MODES = ("ddp", "syncgrad", "bmuf", "easgd")
-NAMES = {"ddp": "DDP (gloo)", "syncgrad": "psgd syncgrad", "bmuf": "psgd bmuf",
-         "easgd": "psgd easgd"}
+MODES = ("ddp", "syncgrad", "syncgrad_late", "bmuf", "easgd")
+NAMES = {"ddp": "DDP (gloo)", "syncgrad": "psgd syncgrad", "syncgrad_late":
+         "psgd syncgrad, sums after backward", "bmuf": "psgd bmuf", "easgd": "psgd easgd"}
 
 
 def spread(values, fmt):
@@ -28,10 +28,10 @@ def breakdown(r):
     step, alone = r.get("step", {}), r.get("alone", {})
     fwd, bwd, wait = step.get("forward"), step.get("backward"), step.get("wait", 0.0)
     out = {"forward": fwd, "backward alone": alone.get("backward"), "backward": bwd,
-           "wait": wait if r["mode"] == "syncgrad" else None, "step": step.get("step"),
+           "wait": wait if r["mode"].startswith("syncgrad") else None, "step": step.get("step"),
            "exposed": None, "sums alone": r.get("sums_alone"), "hidden": None}
-    if bwd is not None and alone.get("backward") is not None and r["mode"] in ("ddp",
-                                                                                "syncgrad"):
+    if bwd is not None and alone.get("backward") is not None and r["mode"] in (
+            "ddp", "syncgrad", "syncgrad_late"):
         out["exposed"] = max(0.0, bwd + wait - alone["backward"])
         if out["sums alone"] is not None:
             out["hidden"] = max(0.0, out["sums alone"] - out["exposed"])
