@@ -145,6 +145,10 @@ def Allreduce(comm, array, op=MPI.SUM):
         comm.Allreduce(MPI.IN_PLACE, array[lo:hi], op=op)
 
 
+def Iallreduce(comm, array, op=MPI.SUM):
+    return [comm.Iallreduce(MPI.IN_PLACE, array[lo:hi], op=op) for lo, hi in _chunks(array.size)]
+
+
 def Bcast(comm, array, root=MAIN_RANK):
     for lo, hi in _chunks(array.size):
         comm.Bcast(array[lo:hi], root=root)
@@ -212,6 +216,13 @@ class Request:
         stage_in, self._stage_in = self._stage_in, None
         if stage_in is not None:
             stage_in()
+
+    def test(self):
+        """Whether the transfer is done (then staged in); MPI progresses it."""
+        if not MPI.Request.Testall(self.requests):
+            return False
+        self.wait()
+        return True
 
     def cancel(self):
         """Withdraw a receive: nothing is staged in."""
@@ -282,12 +293,12 @@ class Exchange:
         while the caller goes on (psgd/mpi_async.py); the Handle's wait()
         returns once the sum is in `buffer.data` and `after` has run."""
         def job():
-            if self.buffer.on_device:
-                with self.buffer.data.device:   # the thread's current device
-                    self.allreduce(before, after)
-            else:
-                self.allreduce(before, after)
-        return mpi_async.start(job)
+            if before:
+                before(0, self.buffer.size)
+            mpi_async.poll(Request(Iallreduce(self.comm, self._readable()), self._received).test)
+            if after:
+                after(0, self.buffer.size)
+        return mpi_async.start(job, self.buffer.data.device if self.buffer.on_device else None)
 
     def bcast(self, root=MAIN_RANK):
         Bcast(self.comm, self._readable(), root)

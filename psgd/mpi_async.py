@@ -7,9 +7,16 @@ MPI_THREAD_MULTIPLE; without it the transfer runs at once, in the caller.
 """
 import queue
 import threading
+import time
 
 from mpi4py import MPI
 
+# Seconds between two tests of a transfer in flight. A blocking MPI call
+# would spin on a core the caller's backward needs; between tests the
+# thread sleeps, and MPI progresses the transfer at each test.
+POLL_S = 1e-4
+
+THREAD_NAME = "psgd-transfers"
 _lock = threading.Lock()
 _jobs = None
 
@@ -45,10 +52,13 @@ def threaded():
     return MPI.Query_thread() >= MPI.THREAD_MULTIPLE
 
 
-def start(job):
+def start(job, device=None):
     """Run `job()` (MPI calls on a communicator, nothing else) after the
-    jobs started before it; returns its Handle at once."""
+    jobs started before it, with `device` (a CuPy device) current; returns
+    its Handle at once."""
     handle = Handle()
+    if device is not None:
+        job = _on(device, job)
     if not threaded():
         handle._run(job)
         return handle
@@ -56,12 +66,28 @@ def start(job):
     return handle
 
 
+def poll(done):
+    """Until `done()` (which progresses MPI): on the transfer thread with a
+    sleep between tests, in the caller without."""
+    pause = POLL_S if threading.current_thread().name == THREAD_NAME else 0
+    while not done():
+        if pause:
+            time.sleep(pause)
+
+
+def _on(device, job):
+    def run():
+        with device:
+            job()
+    return run
+
+
 def _queue():
     global _jobs
     with _lock:
         if _jobs is None:
             _jobs = queue.SimpleQueue()
-            threading.Thread(target=_serve, args=(_jobs,), name="psgd-transfers",
+            threading.Thread(target=_serve, args=(_jobs,), name=THREAD_NAME,
                              daemon=True).start()
     return _jobs
 
