@@ -42,6 +42,8 @@ def report(data):
     results = data["results"]
     groups = sorted({(r.get("hosts", 1), r["np"], r.get("model", "cnn")) for r in results})
     md = [common_text(data), ""]
+    if data.get("note"):        # how the figures were taken, when not by `make bench`
+        md = ["**%s**" % data["note"], ""] + md
     heads = []
     columns = ["forward", "backward alone", "backward", "wait", "exposed", "sums alone",
                "hidden", "step"]
