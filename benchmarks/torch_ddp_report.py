@@ -91,7 +91,8 @@ def _med(values):
 def common_text(data):
     return (
         "The MNIST-1D CNN of `examples/torch_mnist1d.py` (`cnn`) and the same CNN with its "
-        "hidden layer 32768 wide (`wide`, link-bound across hosts), %d epochs, minibatch 32 "
+        "hidden layer 32768 wide (`wide`, link-bound across hosts; one epoch), %d epochs, "
+        "minibatch 32 "
         "per rank, Adam 2e-3, one torch thread per rank; psgd through "
         "`psgd.torch.DistributedOptimizer` against `DistributedDataParallel` on gloo. %d "
         "repetition(s), interleaved (every mode once per repetition and setting, in an order "
