@@ -21,9 +21,9 @@ Rank 0's model reaches every rank inside create(). syncgrad averages the
 flat array, summed in buckets of `bucket_mb` megabytes (psgd/torch_buckets.py)
 that leave while backward still runs when the step's count is known before
 it (DistributedOptimizer). A gradient torch allocated elsewhere
-(model.zero_grad() drops the views) is copied in once. The server algorithms (easgd, asgd, masgd) return
-`sync.role == "server"` on rank 0: call `sync.run()` there; rank 0's model
-then holds the center.
+(model.zero_grad() drops the views) is copied in once. The server
+algorithms (easgd, asgd, masgd) return `sync.role == "server"` on rank 0:
+call `sync.run()` there; rank 0's model then holds the center.
 """
 import numpy as np
 import torch
