@@ -288,17 +288,20 @@ class Exchange:
         if after:
             after(0, self.buffer.size)
 
-    def allreduce_async(self, before=None, after=None):
+    def allreduce_async(self, before=None, after=None, here=False):
         """allreduce(before, after) carried out by psgd's transfer thread
         while the caller goes on (psgd/mpi_async.py); the Handle's wait()
-        returns once the sum is in `buffer.data` and `after` has run."""
+        returns once the sum is in `buffer.data` and `after` has run.
+        `here`: in the caller, at once (an Iallreduce all the same: it
+        would not match a blocking Allreduce on another rank)."""
         def job():
             if before:
                 before(0, self.buffer.size)
             mpi_async.poll(Request(Iallreduce(self.comm, self._readable()), self._received).test)
             if after:
                 after(0, self.buffer.size)
-        return mpi_async.start(job, self.buffer.data.device if self.buffer.on_device else None)
+        return mpi_async.start(job, self.buffer.data.device if self.buffer.on_device else None,
+                               here)
 
     def bcast(self, root=MAIN_RANK):
         Bcast(self.comm, self._readable(), root)

@@ -52,14 +52,15 @@ def threaded():
     return MPI.Query_thread() >= MPI.THREAD_MULTIPLE
 
 
-def start(job, device=None):
+def start(job, device=None, here=False):
     """Run `job()` (MPI calls on a communicator, nothing else) after the
     jobs started before it, with `device` (a CuPy device) current; returns
-    its Handle at once."""
+    its Handle at once. `here`: run it in the caller before returning (the
+    caller has waited for the jobs before it)."""
     handle = Handle()
     if device is not None:
         job = _on(device, job)
-    if not threaded():
+    if here or not threaded():
         handle._run(job)
         return handle
     _queue().put((handle, job))

@@ -51,9 +51,15 @@ class Bucket:
         self._handle = None
 
     def start(self, before, after):
+        self._handle = self.exchange.allreduce_async(*self._shifted(before, after))
+
+    def run(self, before, after):
+        """start() and wait() in the caller, which would only wait anyway."""
+        self.exchange.allreduce_async(*self._shifted(before, after), here=True).wait()
+
+    def _shifted(self, before, after):
         lo = self.lo
-        self._handle = self.exchange.allreduce_async(
-            before=lambda a, b: before(lo + a, lo + b), after=lambda a, b: after(lo + a, lo + b))
+        return (lambda a, b: before(lo + a, lo + b)), (lambda a, b: after(lo + a, lo + b))
 
     def wait(self):
         handle, self._handle = self._handle, None
@@ -148,7 +154,7 @@ class Buckets:
         while self._next < len(self.buckets) and self._waiting[self._next] == 0:
             self._start(self.buckets[self._next])
 
-    def _start(self, bucket):
+    def _start(self, bucket, now=False):
         fold = self.algorithm.fold
         if self._device_event is not None:      # the gradients' kernels, then the sum
             event = self._device_event()
@@ -156,23 +162,24 @@ class Buckets:
             def fold(lo, hi, fold=fold):
                 event.synchronize()
                 fold(lo, hi)
-        bucket.start(fold, self.algorithm.unfold)
+        (bucket.run if now else bucket.start)(fold, self.algorithm.unfold)
         self._next += 1
 
     def reduce(self, b_k):
-        """SyncGrad's reduction of this step: the buckets not started yet
-        start now, then all are waited for."""
+        """SyncGrad's reduction of this step: the buckets started from
+        backward are waited for, then the rest are summed here, in order
+        (the transfer thread is idle then: one thread calls MPI at a time)."""
         armed = self._count
         if armed is None:
             self.algorithm.open_sync(b_k)
         try:
+            for bucket in self.buckets:
+                bucket.wait()
             for k in range(self._next, len(self.buckets)):
                 for i in self.buckets[k].members:
                     if not self._landed[i]:
                         self._adopt(i)
-                self._start(self.buckets[k])
-            for bucket in self.buckets:
-                bucket.wait()
+                self._start(self.buckets[k], now=True)
         finally:
             self._reset()
         if armed is not None and b_k != armed:
