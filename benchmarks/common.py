@@ -68,12 +68,15 @@ BIND_NOTE = ("Ranks are bound to cores (`-bind-to core`) where there are enough 
              "(np 2); np 4 shares 2 cores unbound.")
 
 
-def mpi_run(np_, argv, timeout=900, env=None, module=False, pin_blas=False):
+def mpi_run(np_, argv, timeout=900, env=None, module=False, pin_blas=False, launcher=None):
     """Run `python argv...` (or `python -m argv...`) on np_ ranks; returns
-    stdout (run_job)."""
+    stdout (run_job). `launcher`: the command that starts the ranks, in
+    place of this host's mpirun bound to cores (e.g. psgd-local-cluster's
+    mpirun across namespace hosts)."""
     # Open MPI refuses more ranks than cores unless told (np 4 on 2 cores).
     over = ["--oversubscribe"] if mpi_flavour() == "openmpi" else []
-    cmd = [mpirun_path()] + over + bind_args(np_) + ["-np", str(np_), sys.executable, "-u"]
+    cmd = (list(launcher) if launcher is not None else
+           [mpirun_path()] + over + bind_args(np_)) + ["-np", str(np_), sys.executable, "-u"]
     cmd += (["-m"] if module else []) + [str(a) for a in argv]
     return run_job(cmd, child_env(env, pin_blas), timeout, " ".join(cmd[2:]))
 
@@ -112,12 +115,12 @@ def error_line(exc):
     return lines[-1][:300] if lines else type(exc).__name__
 
 
-def run_child(script, np_, out, args=(), timeout=900, env=None, pin_blas=False):
+def run_child(script, np_, out, args=(), timeout=900, env=None, pin_blas=False, launcher=None):
     """Launch `script --child --out OUT args` on np_ ranks; returns OUT's JSON."""
     if os.path.exists(out):
         os.unlink(out)
     mpi_run(np_, [os.path.join(HERE, script), "--child", "--out", out] + list(args),
-            timeout=timeout, env=env, pin_blas=pin_blas)
+            timeout=timeout, env=env, pin_blas=pin_blas, launcher=launcher)
     with open(out) as f:
         return json.load(f)
 

@@ -1,5 +1,5 @@
 """A PyTorch MNIST-1D CNN trained with any psgd algorithm: three psgd lines
-(marked) in an ordinary torch training loop.
+(marked) in an ordinary torch training loop, as with Horovod or DDP.
 
     .venv/bin/mpirun -np 4 .venv/bin/python examples/torch_mnist1d.py --algo bmuf
 
@@ -60,10 +60,13 @@ def main():
     if sync.role == "server":
         sync.run()
     else:
+        # psgd 3/3: syncgrad averages the gradients in every step() (summed
+        # while backward runs); the others synchronize every --blocks steps
+        opt = psgd.torch.DistributedOptimizer(opt, sync, samples=args.batch, every=(
+            None if args.algo == "syncgrad" else args.blocks))
         k = MPI.COMM_WORLD.rank - (MPI.COMM_WORLD.size - sync.N)      # worker index
         lo, hi = shard_range(len(d["y_train"]), k, sync.N)
         steps = len(d["y_train"]) // sync.N // args.batch             # same on every worker
-        n = 0
         for epoch in range(args.epochs):
             order = lo + torch.randperm(hi - lo, generator=torch.Generator().manual_seed(epoch * 1000 + k))
             model.train()
@@ -71,17 +74,8 @@ def main():
                 batch = order[i * args.batch:(i + 1) * args.batch]
                 opt.zero_grad()
                 F.cross_entropy(model(d["x_train"][batch]), d["y_train"][batch]).backward()
-                n += len(batch)
-                if args.algo == "syncgrad":
-                    sync.synchronize(n)                               # psgd 3/3 (averages .grad)
-                    opt.step()
-                    n = 0
-                else:
-                    opt.step()
-                    if (i + 1) % args.blocks == 0:
-                        sync.synchronize(n, optimizer=opt)            # psgd 3/3
-                        n = 0
-        sync.stop(n, optimizer=opt)
+                opt.step()
+        opt.stop()
     if MPI.COMM_WORLD.rank == 0:
         print("%s np %d: held-out accuracy %.1f%% after %d epochs, %.1f s" % (
             args.algo, MPI.COMM_WORLD.size, 100 * accuracy(model, d["x_test"], d["y_test"]),

@@ -27,10 +27,13 @@ def _check_dtype(dtype):
 
 
 class FlatBuffer:
-    """A contiguous 1-D array `data` and `views` of the given shapes into it."""
+    """A contiguous 1-D array `data` and `views` of the given shapes into it.
+    `tail` elements after the views belong to no tensor: a count that rides
+    with the data in the same reduction (syncgrad's sample count)."""
 
-    def __init__(self, data, shapes):
+    def __init__(self, data, shapes, tail=0):
         self.data = data
+        self.tail = int(tail)
         self.shapes = [tuple(int(d) for d in s) for s in shapes]
         self.views = []
         offset = 0
@@ -38,42 +41,49 @@ class FlatBuffer:
             size = math.prod(shape)
             self.views.append(data[offset:offset + size].reshape(shape))
             offset += size
-        if offset != data.size:
-            raise ValueError("shapes cover %d elements, buffer has %d" % (offset, data.size))
+        if offset + self.tail != data.size:
+            raise ValueError("shapes cover %d elements and a tail of %d, buffer has %d"
+                             % (offset, self.tail, data.size))
         self._host = None
         self._whole = None    # (buffer, lo, hi) of a part
 
     # construction -----------------------------------------------------------
     @classmethod
-    def allocate(cls, shapes, dtype=np.float32, xp=np):
+    def allocate(cls, shapes, dtype=np.float32, xp=np, tail=0):
         shapes = [tuple(s) for s in shapes]
         total = sum(math.prod(s) for s in shapes)
-        return cls(xp.zeros(total, dtype=_check_dtype(dtype)), shapes)
+        return cls(xp.zeros(total + tail, dtype=_check_dtype(dtype)), shapes, tail)
 
     @classmethod
-    def pack(cls, arrays, dtype=None, xp=None):
+    def pack(cls, arrays, dtype=None, xp=None, tail=0):
         """Copy `arrays` (any shapes, zero-size included) into a new buffer."""
         arrays = list(arrays)
         if xp is None:
             xp = array_module(arrays[0]) if arrays else np
         if dtype is None:
             dtype = arrays[0].dtype if arrays else np.float32
-        buf = cls.allocate([a.shape for a in arrays], dtype, xp)
+        buf = cls.allocate([a.shape for a in arrays], dtype, xp, tail)
         for view, array in zip(buf.views, arrays):
             view[...] = xp.asarray(array)
         return buf
 
     @classmethod
-    def wrap(cls, arrays, dtype=None, xp=None):
+    def wrap(cls, arrays, dtype=None, xp=None, tail=0):
         """Adopt `arrays` without a copy when they already are consecutive
-        views of one contiguous 1-D buffer (a network's parameters); pack them
-        into a new buffer otherwise."""
+        views of one contiguous 1-D buffer (a network's parameters): the
+        whole of it, or with tail=0 its first elements (an algorithm's
+        gradients, whose count rides behind them); with a `tail`, the buffer
+        must end exactly `tail` elements after them. Pack them into a new
+        buffer otherwise."""
         arrays = list(arrays)
         base = _common_flat_base(arrays)
-        if base is not None and (dtype is None or np.dtype(dtype) == base.dtype):
+        total = sum(a.size for a in arrays)
+        if base is not None and (dtype is None or np.dtype(dtype) == base.dtype) and (
+                base.size == total + tail or (tail == 0 and base.size > total)):
             _check_dtype(base.dtype)
-            return cls(base, [a.shape for a in arrays])
-        return cls.pack(arrays, dtype=dtype, xp=xp)
+            data = base if base.size == total + tail else base[:total]
+            return cls(data, [a.shape for a in arrays], tail)
+        return cls.pack(arrays, dtype=dtype, xp=xp, tail=tail)
 
     # properties ----------------------------------------------------------------
     @property
@@ -98,10 +108,10 @@ class FlatBuffer:
 
     def like(self):
         """A new zero buffer of the same layout, dtype and device."""
-        return FlatBuffer(self.xp.zeros_like(self.data), self.shapes)
+        return FlatBuffer(self.xp.zeros_like(self.data), self.shapes, self.tail)
 
     def copy(self):
-        return FlatBuffer(self.data.copy(), self.shapes)
+        return FlatBuffer(self.data.copy(), self.shapes, self.tail)
 
     def part(self, lo, hi):
         """Elements [lo, hi) as a one-tensor FlatBuffer sharing `data` and, on
@@ -183,7 +193,8 @@ def _writable(array):
 
 
 def _common_flat_base(arrays):
-    """The 1-D contiguous array that `arrays` tile exactly, in order, or None.
+    """The 1-D contiguous array that `arrays` tile from its first element
+    on, in order, without gaps (perhaps leaving elements after them), or None.
     Only memory psgd may write is adopted: a read-only array (or base) is
     packed instead, or the first broadcast into it would fail on rank 1 only.
     The chain of bases ends at the last array: below it may lie any buffer
@@ -209,4 +220,4 @@ def _common_flat_base(arrays):
         if a.size and a.base is None:
             return None
         total += a.size
-    return base if total == base.size else None
+    return base if total <= base.size else None

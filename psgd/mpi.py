@@ -8,6 +8,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import cuda_aware as _cuda_aware
+from . import mpi_async
 from .backend import array_module
 from .errors import UsageError
 
@@ -154,6 +155,10 @@ def Allreduce(comm, array, op=MPI.SUM):
         comm.Allreduce(MPI.IN_PLACE, array[lo:hi], op=op)
 
 
+def Iallreduce(comm, array, op=MPI.SUM):
+    return [comm.Iallreduce(MPI.IN_PLACE, array[lo:hi], op=op) for lo, hi in _chunks(array.size)]
+
+
 def Bcast(comm, array, root=MAIN_RANK):
     for lo, hi in _chunks(array.size):
         comm.Bcast(array[lo:hi], root=root)
@@ -222,6 +227,13 @@ class Request:
         if stage_in is not None:
             stage_in()
 
+    def test(self):
+        """Whether the transfer is done (then staged in); MPI progresses it."""
+        if not MPI.Request.Testall(self.requests):
+            return False
+        self.wait()
+        return True
+
     def cancel(self):
         """Withdraw a receive: nothing is staged in."""
         self._stage_in = None
@@ -285,6 +297,21 @@ class Exchange:
         self._received()
         if after:
             after(0, self.buffer.size)
+
+    def allreduce_async(self, before=None, after=None, here=False):
+        """allreduce(before, after) carried out by psgd's transfer thread
+        while the caller goes on (psgd/mpi_async.py); the Handle's wait()
+        returns once the sum is in `buffer.data` and `after` has run.
+        `here`: in the caller, at once (an Iallreduce all the same: it
+        would not match a blocking Allreduce on another rank)."""
+        def job():
+            if before:
+                before(0, self.buffer.size)
+            mpi_async.poll(Request(Iallreduce(self.comm, self._readable()), self._received).test)
+            if after:
+                after(0, self.buffer.size)
+        return mpi_async.start(job, self.buffer.data.device if self.buffer.on_device else None,
+                               here)
 
     def bcast(self, root=MAIN_RANK):
         Bcast(self.comm, self._readable(), root)

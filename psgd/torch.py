@@ -17,11 +17,13 @@ algorithm exchanges: no copy per step. On the CPU the flat array is NumPy
 DLPack on the same device.
 
 Rank 0's model reaches every rank inside create(). syncgrad averages the
-`.grad` tensors in place before `optimizer.step()`; they are allocated in a
-second flat array (re-adopted, with one copy, if zero_grad(set_to_none=True)
-dropped them). The server algorithms (easgd, asgd, masgd) return
-`sync.role == "server"` on rank 0: call `sync.run()` there; rank 0's model
-then holds the center.
+`.grad` tensors in place before `optimizer.step()`; they live in a second
+flat array, summed in buckets of `bucket_mb` megabytes (psgd/torch_buckets.py)
+that leave while backward still runs when the step's count is known before
+it (DistributedOptimizer). A gradient torch allocated elsewhere
+(model.zero_grad() drops the views) is copied in once. The server
+algorithms (easgd, asgd, masgd) return `sync.role == "server"` on rank 0:
+call `sync.run()` there; rank 0's model then holds the center.
 """
 import numpy as np
 import torch
@@ -30,21 +32,31 @@ from . import agreement, algorithms, mpi
 from .algorithms.base import CollectiveWorker
 from .buffers import FlatBuffer
 from .errors import UsageError
+from .torch_buckets import Buckets, bucket_bytes
+from .torch_optimizer import DistributedOptimizer
 
-__all__ = ["create", "TorchSync"]
+__all__ = ["create", "DistributedOptimizer", "TorchSync"]
 
 _DTYPES = {torch.float32: np.float32, torch.float64: np.float64}
 
 
-def create(name, model, comm=None, buffers=False, **options):
+def create(name, model, comm=None, buffers=False, bucket_mb=None, **options):
     """psgd algorithm `name` over `model`'s parameters, which from now on live in
     psgd's flat buffer. Collective over `comm` (default MPI.COMM_WORLD): a bad
     model on any rank raises the same UsageError on every rank, before any rank
-    changes its model. `options` are the algorithm's (docs/algorithms.md)."""
+    changes its model. `options` are the algorithm's (docs/algorithms.md).
+    `bucket_mb` (syncgrad): megabytes of gradients per sum (default 25, as
+    DDP; 0: one bucket per tensor). syncgrad's buckets are summed through
+    MPI: `exchange` other than mpi is refused with syncgrad."""
     comm = mpi.communicator(comm)
     error = plan = None
     try:
-        plan = _Plan(name, model, buffers)
+        plan = _Plan(name, model, buffers, bucket_mb)
+        if plan.needs_grads:    # the buckets start MPI's non-blocking sums
+            if options.get("exchange") not in (None, "mpi"):
+                raise UsageError("psgd.torch syncgrad sums its buckets through MPI; "
+                                 "exchange=%r is not supported with it" % options["exchange"])
+            options["exchange"] = "mpi"
     except UsageError as exc:
         error = exc
     agreement.agree(comm, error)
@@ -53,6 +65,8 @@ def create(name, model, comm=None, buffers=False, **options):
     agreement.check_same(comm, {"parameters": [n for n, _ in plan.params],
                                 "buffers": [n for n, _ in plan.buffers]},
                          "the model (its tensor names, in order)")
+    if plan.needs_grads:    # other buckets: sums that do not match
+        agreement.check_same(comm, {"bucket_mb": plan.bucket_bytes / 2 ** 20}, "bucket_mb")
     params = plan.bind(plan.params)
     grads = plan.bind_grads() if plan.needs_grads else None
     stats = plan.bind(plan.buffers) if plan.buffers else None
@@ -63,20 +77,28 @@ def create(name, model, comm=None, buffers=False, **options):
             stats=None if stats is None else stats.numpy_views, **options)
     for bound, flat in ((params, algorithm.buffer), (grads, algorithm.grad_buffer),
                         (stats, algorithm.stat_buffer)):
-        if bound is not None and flat is not None and flat.data is not bound.flat:
+        if bound is not None and flat is not None and not any(
+                a is bound.flat for a in (flat.data, flat.data.base)):  # syncgrad: + tail
             raise RuntimeError("psgd copied the torch tensors instead of adopting them")
-    return TorchSync(algorithm, model, plan, params, grads, stats)
+    buckets = None
+    if grads is not None:
+        buckets = Buckets(algorithm, params.names, params.tensors, grads.views,
+                          plan.bucket_bytes,
+                          _recorded_event if plan.device.type == "cuda" else None)
+    return TorchSync(algorithm, model, plan, params, grads, stats, buckets)
 
 
 class _Plan:
     """What create() will bind, checked before anything is changed."""
 
-    def __init__(self, name, model, buffers):
+    def __init__(self, name, model, buffers, bucket_mb):
         if not isinstance(model, torch.nn.Module):
             raise UsageError("psgd.torch.create needs a torch.nn.Module, got %s"
                              % type(model).__name__)
         cls = algorithms.REGISTRY.get(name)
         self.needs_grads = bool(getattr(cls, "needs_grads", False))
+        self.grad_tail = getattr(cls, "grad_tail", 0)
+        self.bucket_bytes = bucket_bytes(bucket_mb, self.needs_grads)
         self.params = _unique(model.named_parameters())
         if not self.params:
             raise UsageError("the model has no parameters to synchronize")
@@ -95,7 +117,8 @@ class _Plan:
         return _Bound(named, self.device)
 
     def bind_grads(self):
-        grads = _Bound([(n, torch.zeros_like(p)) for n, p in self.params], self.device)
+        grads = _Bound([(n, torch.zeros_like(p)) for n, p in self.params], self.device,
+                       self.grad_tail)
         for (_, p), view in zip(self.params, grads.views):
             p.grad = view
         return grads
@@ -104,20 +127,21 @@ class _Plan:
 class _Bound:
     """One flat array (NumPy or CuPy) that `named` tensors now view."""
 
-    def __init__(self, named, device):
+    def __init__(self, named, device, tail=0):
         self.names = [n for n, _ in named]
         self.tensors = [t for _, t in named]
-        total = sum(t.numel() for t in self.tensors)
+        total = sum(t.numel() for t in self.tensors) + tail
         dtype = _DTYPES[self.tensors[0].dtype]
         if device.type == "cuda":
             import cupy
             with cupy.cuda.Device(device.index):
-                self.flat = cupy.empty(total, dtype=dtype)
+                self.flat = cupy.zeros(total, dtype=dtype)
             flat_t = torch.from_dlpack(self.flat)
         else:
-            self.flat = np.empty(total, dtype=dtype)
+            self.flat = np.zeros(total, dtype=dtype)
             flat_t = torch.from_numpy(self.flat)
-        self.numpy_views = FlatBuffer(self.flat, [tuple(t.shape) for t in self.tensors]).views
+        self.numpy_views = FlatBuffer(self.flat, [tuple(t.shape) for t in self.tensors],
+                                      tail).views
         self.views, offset = [], 0
         with torch.no_grad():
             for t in self.tensors:
@@ -144,9 +168,10 @@ class TorchSync(mpi.Closeable):
     user's optimizer; load_state_dict replaces the model through the
     algorithm; `with sync:` closes it."""
 
-    def __init__(self, algorithm, model, plan, params, grads, stats):
+    def __init__(self, algorithm, model, plan, params, grads, stats, buckets):
         self.algorithm = algorithm
         self.model = model
+        self.buckets = buckets      # syncgrad's reducer, else None
         self._params, self._grads, self._stats = params, grads, stats
         self._members = [id(t) for t in params.tensors]
         self._device = plan.device
@@ -175,7 +200,8 @@ class TorchSync(mpi.Closeable):
         with _current(self._device):
             self._before()
             if self._grads is not None:
-                step = None if optimizer is None else optimizer.step
+                step = None if optimizer is None else getattr(optimizer, "local_step",
+                                                              optimizer.step)
                 result = self.algorithm.stop(n_k, step=step)
             else:
                 result = self.algorithm.stop(n_k)
@@ -234,10 +260,26 @@ class TorchSync(mpi.Closeable):
         return stats
 
     # ------------------------------------------------------------------------
+    def zero_grad(self):
+        """syncgrad: zero every .grad in place, in psgd's flat buffer (so the
+        next backward writes there: no copy), whatever set_to_none says."""
+        self._syncgrad("zero_grad").zero_grad()
+
+    def no_sync(self):
+        """syncgrad: `with sync.no_sync():` backward passes inside accumulate
+        their gradients and send nothing; the next one outside sends the
+        sum (DDP's no_sync)."""
+        return self._syncgrad("no_sync").no_sync()
+
+    def _syncgrad(self, call):
+        if self.buckets is None:
+            raise UsageError("%s: only syncgrad sums gradients (this is %s)"
+                             % (call, self.algorithm.name))
+        return self.buckets
+
+    # ------------------------------------------------------------------------
     def _before(self):
         self._check_binding()
-        if self._grads is not None:
-            self._adopt_grads()
         _torch_done(self._device)
 
     def _after(self, optimizer):
@@ -259,19 +301,6 @@ class TorchSync(mpi.Closeable):
                 "%s no longer lives in psgd's flat buffer: it was replaced after "
                 "psgd.torch.create (by .to(), .double(), assigning .data or a new "
                 "module); finish changing the model, then create the sync" % replaced)
-
-    def _adopt_grads(self):
-        """syncgrad: the .grad tensors must be the flat views it averages."""
-        with torch.no_grad():
-            for p, view in zip(self._params.tensors, self._grads.views):
-                grad = p.grad
-                if grad is view:
-                    continue
-                if grad is None:
-                    view.zero_()
-                elif grad.data_ptr() != view.data_ptr() or grad.shape != view.shape:
-                    view.copy_(grad)
-                p.grad = view
 
 
 def _current(device):
@@ -334,3 +363,10 @@ def _one_dtype(what, named):
     if len(dtypes) > 1:
         raise UsageError("the model's %ss mix %s; use one dtype (model.float() or "
                          "model.double())" % (what, " and ".join(dtypes)))
+
+
+def _recorded_event():
+    """A CUDA event behind the work queued so far (the gradients' kernels)."""
+    event = torch.cuda.Event()
+    event.record()
+    return event

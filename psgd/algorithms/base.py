@@ -64,6 +64,7 @@ class Algorithm(mpi.Closeable):
     name = None
     role = "worker"
     server_based = False
+    grad_tail = 0       # elements a gradient buffer holds behind the gradients
     OPTIONS = {}
 
     @classmethod
@@ -264,11 +265,7 @@ class CollectiveWorker(Algorithm):
         return None if self.stat_buffer is None else self.stat_buffer.views
 
     def synchronize(self, n_k):
-        self.check_open("synchronize")
-        if self.stopped:
-            # The others have left this round: an Allreduce now would wait for ever.
-            raise UsageError("%s rank %d: synchronize after stop (begin_round() starts another "
-                             "round, on every rank)" % (self.name, self.node.rank))
+        self.check_running()
         n_k, problem = _check_count(n_k, self.node.size)
         n, active, bad = self.node.allreduce_counts(n_k, problem is not None)
         if bad:
@@ -285,6 +282,14 @@ class CollectiveWorker(Algorithm):
             self._average_stats(n_k, n, active)
         self.syncs += 1
         return True
+
+    def check_running(self):
+        """Raise UsageError on this rank when synchronize may not run now."""
+        self.check_open("synchronize")
+        if self.stopped:
+            # The others have left this round: an Allreduce now would wait for ever.
+            raise UsageError("%s rank %d: synchronize after stop (begin_round() starts another "
+                             "round, on every rank)" % (self.name, self.node.rank))
 
     def _average_stats(self, n_k, n, active):
         """Non-trained state (BatchNorm running statistics) is averaged with

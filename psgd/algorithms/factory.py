@@ -75,7 +75,7 @@ def create(name, params, comm=None, grads=None, stats=None, servers=None, exchan
         if grads is not None:
             if not needs_grads:
                 raise UsageError("%s does not take grads=" % name)
-            grad_buffer = _as_buffer(grads, "grads")
+            grad_buffer = _as_buffer(grads, "grads", cls.grad_tail)
             if grad_buffer.shapes != buffer.shapes or grad_buffer.dtype != buffer.dtype:
                 raise UsageError("grads must have the shapes and dtype of params")
         stats = None if stats is None else _arrays(stats, "stats")
@@ -133,7 +133,7 @@ def _arrays(arrays, what):
             what, type(arrays).__name__)) from None
 
 
-def _as_buffer(arrays, what):
+def _as_buffer(arrays, what, tail=0):
     arrays = _arrays(arrays, what)
     for i, a in enumerate(arrays):
         problem = array_problem(a) or off_device(a)
@@ -145,7 +145,7 @@ def _as_buffer(arrays, what):
             what, ", ".join(sorted(map(str, dtypes)))))
     if dtypes and dtypes.pop().type not in (np.float32, np.float64):
         raise UsageError("%s must be float32 or float64, got %s" % (what, arrays[0].dtype))
-    return FlatBuffer.wrap(arrays, dtype=arrays[0].dtype if arrays else np.float32)
+    return FlatBuffer.wrap(arrays, dtype=arrays[0].dtype if arrays else np.float32, tail=tail)
 
 
 

@@ -3,36 +3,96 @@
     g = sum_k (b_k / b) * g_k,   b = sum_k b_k
 synchronize(b_k) replaces `grads` in place by g; every rank then applies the
 same optimizer step to the same w, so the replicas stay identical.
+
+The count travels inside the data (docs/algorithms.md, Fixes 8): each rank
+multiplies its gradient by b_k, writes [b_k, bad] into the two tail elements
+behind the gradients, and one sum carries both; every rank then divides by
+the summed count. A sync is one reduction and nothing else, which a reducer
+may cut into pieces started one after the other (psgd.torch's buckets):
+fold() and unfold() work on any range of the buffer.
 """
 import numpy as np
 from mpi4py import MPI
 
 from .. import agreement, mpi
-from ..buffers import host_copy
-from ..errors import CollectiveUsageError
-from .base import CollectiveWorker, register
+from ..buffers import FlatBuffer, host_copy
+from ..errors import CollectiveUsageError, UsageError
+from .base import CollectiveWorker, _check_count, register
+
+COUNT, BAD = -2, -1     # the tail: this rank's b_k (summed: b), ranks with a bad b_k
 
 
 @register
 class SyncGrad(CollectiveWorker):
     name = "syncgrad"
     needs_grads = True
+    grad_tail = 2       # elements behind the gradients: [COUNT, BAD]
     OPTIONS = {}
 
     def initialized(self):
-        self.grad_exchange = self.make_exchange(self.grad_buffer)
+        # The gradients, as users see them, and the wire: them and the tail.
+        wire = self.grad_buffer
+        self.grad_buffer = FlatBuffer(wire.data[:wire.size - wire.tail], wire.shapes)
+        self.grad_exchange = self.make_exchange(wire)
+        self._wire = wire.data
+        self.reducer = self     # reduce(); psgd.torch puts its buckets here
         self.restart()
 
     def restart(self):
         self.missed_steps = False
 
-    def update(self, b_k, b, active):
-        g = self.grad_buffer.data
-        if b_k == 0:
-            g.fill(0)  # a worker out of data adds nothing, whatever its grads hold
-        else:
-            g *= g.dtype.type(b_k / b)
-        self.grad_exchange.allreduce()
+    def synchronize(self, b_k):
+        """One reduction of the weighted gradients and their count. False
+        (and the grads all zero) once every rank passed b_k = 0."""
+        self.reducer.reduce(b_k)
+        return self.close_sync()
+
+    def reduce(self, b_k):
+        """A reducer's interface: open_sync(b_k), then the sum of the whole
+        buffer, fold()ed before and unfold()ed after."""
+        self.open_sync(b_k)
+        self.grad_exchange.allreduce(before=self.fold, after=self.unfold)
+
+    def open_sync(self, b_k):
+        """Check b_k (a bad one is flagged in the tail, so every rank raises
+        after the sum) and write it into the tail."""
+        self.check_running()
+        self._b_k, self._problem = _check_count(b_k, self.node.size)
+        tail = self._wire[COUNT:]
+        tail[0] = self._b_k
+        tail[1] = self._problem is not None
+
+    def fold(self, lo, hi):
+        """g[lo:hi] *= b_k: this rank's share of the weighted sum."""
+        g = self._wire[lo:min(hi, self._wire.size + COUNT)]
+        if self._b_k == 0:
+            g.fill(0)   # a worker out of data adds nothing, whatever its grads hold
+        elif self._b_k != 1:
+            g *= g.dtype.type(self._b_k)
+
+    def unfold(self, lo, hi):
+        """g[lo:hi] /= b, once the tail's sum has arrived (it travels with
+        the first range a reducer sends)."""
+        data = self._wire
+        g = data[lo:min(hi, data.size + COUNT)]
+        g /= self.grad_buffer.xp.maximum(data[COUNT:COUNT + 1], 1)
+
+    def close_sync(self):
+        """After the sum: raise a bad count on every rank, end the round when
+        every count was 0, or count the sync."""
+        b, bad = (float(x) for x in host_copy(self._wire[COUNT:]))
+        if bad:
+            raise UsageError(self._problem or "%d rank(s) passed an invalid sample count "
+                             "to synchronize" % int(bad))
+        if b == 0:
+            self.stopped = True
+            self.finish()
+            return False
+        self.samples += self._b_k
+        if self.stat_exchange is not None:
+            self._average_stats(self._b_k, b, 0)
+        self.syncs += 1
+        return True
 
     def stop(self, b_k=0, step=None, state=()):
         """Fold in the last batch (b_k), then keep averaging with b_k = 0.

@@ -133,3 +133,20 @@ def test_pipeline_threshold_by_the_path_of_the_bytes():
         assert not pipeline.pipelined(10 ** 9, across_hosts=True)
     finally:
         pipeline.set_pipeline(*old)
+
+
+def test_a_tail_rides_behind_the_views():
+    """syncgrad's count: `tail` elements after the views, in the same array;
+    wrap adopts views that end exactly `tail` elements before their buffer's
+    end, or (tail=0) any first part of it; everything else is packed."""
+    buf = FlatBuffer.allocate([(2, 3), (4,)], np.float32, tail=2)
+    assert buf.data.size == 12 and sum(v.size for v in buf.views) == 10
+    again = FlatBuffer.wrap(buf.views, tail=2)
+    assert again.data is buf.data and again.tail == 2
+    gradients = FlatBuffer.wrap(buf.views)          # what a network adopts
+    assert gradients.data.size == 10 and np.shares_memory(gradients.data, buf.data)
+    packed = FlatBuffer.wrap(buf.views, tail=3)     # no room for three behind them
+    assert packed.data.size == 13 and not np.shares_memory(packed.data, buf.data)
+    assert buf.like().tail == 2 and buf.copy().data.size == 12
+    with pytest.raises(ValueError, match="tail of 1"):
+        FlatBuffer(np.zeros(5, np.float32), [(5,)], tail=1)

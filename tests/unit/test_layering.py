@@ -12,11 +12,13 @@ ROOT = pathlib.Path(psgd.__file__).parent
 
 # Module-name prefix -> floor (the longest matching prefix wins).
 FLOORS = {"psgd.errors": 0, "psgd._threads": 0, "psgd._cuda_first": 0,
-          "psgd.backend": 1, "psgd.buffers": 1, "psgd.mpi": 1, "psgd.kernels": 1,
+          "psgd.backend": 1, "psgd.buffers": 1, "psgd.mpi": 1, "psgd.mpi_async": 1,
+          "psgd.kernels": 1,
           "psgd.cuda_aware": 1, "psgd.atomic": 1, "psgd.agreement": 1, "psgd.pieces": 1,
           "psgd.pipeline": 1, "psgd.nccl": 1,
           "psgd": 2, "psgd.algorithms": 2,      # the package's facade re-exports create()
           "psgd.nnet": 3, "psgd.data": 3, "psgd.kaldi": 3, "psgd.torch": 3,
+          "psgd.torch_buckets": 3, "psgd.torch_optimizer": 3,
           "psgd.train": 4,
           "psgd.worker": 5,
           # the Kaldi tools' command-line entry points load .npz models through
@@ -26,9 +28,11 @@ FLOORS = {"psgd.errors": 0, "psgd._threads": 0, "psgd._cuda_first": 0,
 SIDEWAYS = {("psgd.kaldi", "psgd.nnet"), ("psgd.kaldi", "psgd.data"),
             ("psgd.buffers", "psgd.backend"), ("psgd.kernels", "psgd.backend"),
             ("psgd.mpi", "psgd.backend"), ("psgd.mpi", "psgd.cuda_aware"),
+            ("psgd.mpi", "psgd.mpi_async"),
             ("psgd.pieces", "psgd.mpi"), ("psgd.pipeline", "psgd.mpi"),
             ("psgd.nccl", "psgd.mpi"), ("psgd.nccl", "psgd.backend"),
-            ("psgd", "psgd.algorithms")}
+            ("psgd", "psgd.algorithms"), ("psgd.torch", "psgd.torch_buckets"),
+            ("psgd.torch", "psgd.torch_optimizer")}
 # Allowed although they point down: the data layer needs no MPI, no buffers;
 # nnet and algorithms do not know each other.
 FORBIDDEN = {"psgd.data": ("psgd.mpi", "psgd.buffers", "psgd.kernels", "psgd.algorithms",

@@ -8,7 +8,8 @@ import sys
 import psgd
 
 ROOT = pathlib.Path(psgd.__file__).parent
-ALLOWED = ("algorithms", "buffers", "mpi", "agreement", "errors")
+ALLOWED = ("algorithms", "buffers", "mpi", "agreement", "errors", "torch_buckets",
+           "torch_optimizer")
 
 
 def imports(path):

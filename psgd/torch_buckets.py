@@ -1,0 +1,201 @@
+"""syncgrad's gradients summed in buckets while backward still runs, as
+DDP and Horovod do (psgd.torch; no torch import here: the tensors are used
+through their methods).
+
+The flat gradient buffer is cut into buckets: contiguous ranges, taken from
+its end, since backward produces the last parameters' gradients first; the
+count syncgrad folds into the sum (its two tail elements) rides in bucket 0.
+A hook on each parameter marks its gradient landed; a bucket starts its sum
+on psgd's transfer thread (Exchange.allreduce_async) once all its gradients
+have landed and every bucket before it has started, so every rank starts
+them in the same order, whatever the order of its own gradients. reduce()
+starts what is left (unused parameters: a zero gradient) and waits for all.
+
+Hooks start buckets only in a step whose sample count was known before its
+backward began (`expect`, set by psgd.torch.DistributedOptimizer): the count
+scales the gradients before they leave. Otherwise every bucket starts in
+reduce(), when synchronize(b_k) brings the count.
+"""
+import math
+import numbers
+from contextlib import contextmanager
+
+from . import mpi
+from .errors import UsageError
+
+DEFAULT_BUCKET_MB = 25      # DDP's bucket_cap_mb
+
+
+def bucket_bytes(bucket_mb, needs_grads):
+    """psgd.torch.create's bucket_mb in bytes (None: not syncgrad), or a
+    UsageError naming it."""
+    if bucket_mb is None:
+        return DEFAULT_BUCKET_MB * 2 ** 20 if needs_grads else None
+    if not needs_grads:
+        raise UsageError("bucket_mb: only syncgrad sums gradients in buckets")
+    if isinstance(bucket_mb, bool) or not isinstance(bucket_mb, numbers.Real) or \
+            not math.isfinite(bucket_mb) or bucket_mb < 0:
+        raise UsageError("bucket_mb must be a number >= 0 (megabytes of gradients per sum; "
+                         "0: one bucket per tensor), got %r" % (bucket_mb,))
+    return int(bucket_mb * 2 ** 20)
+
+
+class Bucket:
+    """Elements [lo, hi) of the gradient buffer, and the parameters whose
+    gradients lie there. start() sends it, wait() returns once its sum
+    (divided by the summed count) is in place. A compressed exchange
+    replaces `exchange` (anything with allreduce_async(before, after))."""
+
+    def __init__(self, exchange, lo, hi, members):
+        self.exchange, self.lo, self.hi, self.members = exchange, lo, hi, members
+        self._handle = None
+
+    def start(self, before, after):
+        self._handle = self.exchange.allreduce_async(*self._shifted(before, after))
+
+    def run(self, before, after):
+        """start() and wait() in the caller, which would only wait anyway."""
+        self.exchange.allreduce_async(*self._shifted(before, after), here=True).wait()
+
+    def _shifted(self, before, after):
+        lo = self.lo
+        return (lambda a, b: before(lo + a, lo + b)), (lambda a, b: after(lo + a, lo + b))
+
+    def wait(self):
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            handle.wait()
+
+    @property
+    def started(self):
+        return self._handle is not None
+
+    def done(self):
+        """Whether its sum has arrived (tests ask while backward runs)."""
+        return self._handle is not None and self._handle.done()
+
+
+def layout(sizes, tail, itemsize, bucket_bytes):
+    """[(lo, hi, members)] of the buckets over tensors of `sizes` elements
+    laid out in order, then `tail` elements: from the end, each bucket
+    closed once it holds at least `bucket_bytes` (0: one per tensor)."""
+    offsets = [0]
+    for n in sizes:
+        offsets.append(offsets[-1] + n)
+    out, hi, members = [], offsets[-1] + tail, []
+    for i in reversed(range(len(sizes))):
+        members.append(i)
+        if (hi - offsets[i]) * itemsize >= bucket_bytes or i == 0:
+            out.append((offsets[i], hi, members))
+            hi, members = offsets[i], []
+    return out
+
+
+class Buckets:
+    """syncgrad's reducer for a torch model (SyncGrad.reducer)."""
+
+    def __init__(self, algorithm, names, params, views, bucket_bytes, device_event=None):
+        self.algorithm = algorithm
+        self.names, self.params, self.views = names, params, views
+        self._device_event = device_event
+        wire = algorithm.grad_exchange.buffer    # the gradients and the count behind them
+        self.buckets = [Bucket(mpi.exchange_part(algorithm.grad_exchange, lo, hi), lo, hi, m)
+                        for lo, hi, m in layout([p.numel() for p in params], wire.tail,
+                                                wire.dtype.itemsize, bucket_bytes)]
+        self._bucket_of = {i: k for k, b in enumerate(self.buckets) for i in b.members}
+        self.expect = None      # () -> this step's count, read when its backward begins
+        self.deferred = False   # no_sync(): gradients accumulate, nothing starts
+        self._reset()
+        self._hooks = [p.register_post_accumulate_grad_hook(self._hook(i))
+                       for i, p in enumerate(params)]
+        algorithm.reducer = self
+
+    def _reset(self):
+        self._count = None      # the count this step's buckets carry, once armed
+        self._landed = [False] * len(self.params)
+        self._waiting = [len(b.members) for b in self.buckets]
+        self._next = 0          # the first bucket not started
+
+    def _hook(self, i):
+        def landed(param):
+            if self.deferred or self.expect is None:
+                return
+            if self._count is None:
+                self._count = self.expect()
+                self.algorithm.open_sync(self._count)
+            if self._landed[i]:
+                raise UsageError(
+                    "parameter %r got a second gradient in one step: its bucket has left; "
+                    "run all but the last backward of an accumulated step under "
+                    "`with optimizer.no_sync():`" % self.names[i])
+            self._landed[i] = True
+            self._adopt(i)
+            k = self._bucket_of[i]
+            self._waiting[k] -= 1
+            if self._waiting[k] == 0:
+                self._start_ready()
+        return landed
+
+    def _adopt(self, i):
+        """Point .grad at its view of the flat buffer; a gradient torch
+        allocated elsewhere (zero_grad(set_to_none=True) dropped the view)
+        is copied in once, a missing one (an unused parameter) is zero."""
+        p, view = self.params[i], self.views[i]
+        grad = p.grad
+        if grad is view:
+            return
+        if grad is None:
+            view.zero_()
+        elif grad.data_ptr() != view.data_ptr() or grad.shape != view.shape:
+            view.copy_(grad)
+        p.grad = view
+
+    def _start_ready(self):
+        while self._next < len(self.buckets) and self._waiting[self._next] == 0:
+            self._start(self.buckets[self._next])
+
+    def _start(self, bucket, now=False):
+        fold = self.algorithm.fold
+        if self._device_event is not None:      # the gradients' kernels, then the sum
+            event = self._device_event()
+
+            def fold(lo, hi, fold=fold):
+                event.synchronize()
+                fold(lo, hi)
+        (bucket.run if now else bucket.start)(fold, self.algorithm.unfold)
+        self._next += 1
+
+    def reduce(self, b_k):
+        """SyncGrad's reduction of this step: the buckets started from
+        backward are waited for, then the rest are summed here, in order
+        (the transfer thread is idle then: one thread calls MPI at a time)."""
+        armed = self._count
+        if armed is None:
+            self.algorithm.open_sync(b_k)
+        try:
+            for bucket in self.buckets:
+                bucket.wait()
+            for k in range(self._next, len(self.buckets)):
+                for i in self.buckets[k].members:
+                    if not self._landed[i]:
+                        self._adopt(i)
+                self._start(self.buckets[k], now=True)
+        finally:
+            self._reset()
+        if armed is not None and b_k != armed:
+            raise UsageError("synchronize(%r) after a backward whose gradients left weighted "
+                             "by %r samples (DistributedOptimizer's count)" % (b_k, armed))
+
+    @contextmanager
+    def no_sync(self):
+        self.deferred, before = True, self.deferred
+        try:
+            yield
+        finally:
+            self.deferred = before
+
+    def zero_grad(self):
+        """Zero every gradient in place (one fill) and point .grad at it."""
+        self.algorithm.grad_buffer.data.fill(0)
+        for p, view in zip(self.params, self.views):
+            p.grad = view

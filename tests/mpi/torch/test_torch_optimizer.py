@@ -1,0 +1,102 @@
+"""psgd.torch.DistributedOptimizer around the model-averaging algorithms
+(a sync every `every` steps, as the user's own loop would call it) and its
+errors: raised before any collective, on the rank that made them, or on
+every rank for create()'s bucket_mb."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import psgd  # noqa: E402
+import psgd.torch  # noqa: E402
+from torch_models import LR, backward_toward, cnn, flat, targets  # noqa: E402
+
+pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.timeout(120)]
+
+
+def run(comm, wrapped, steps=6, every=3):
+    model = cnn(seed=comm.rank)
+    sync = psgd.torch.create("bmuf", model, comm=comm)
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    if wrapped:
+        opt = psgd.torch.DistributedOptimizer(opt, sync, samples=2, every=every)
+    n = 0
+    for t in range(steps):
+        opt.zero_grad()
+        backward_toward(model, targets(model, comm.rank, t))
+        opt.step()
+        n += 2
+        if not wrapped and (t + 1) % every == 0:
+            sync.synchronize(n, optimizer=opt)
+            n = 0
+    if wrapped:
+        opt.stop()
+    else:
+        sync.stop(n, optimizer=opt)
+    return flat(model.parameters()), opt
+
+
+@pytest.mark.parametrize("steps", [6, 7])     # 7: a partial block folded in by stop()
+def test_block_algorithms_sync_every_k_steps_as_a_hand_written_loop(comm, steps):
+    got, opt = run(comm, True, steps)
+    expected, _ = run(comm, False, steps)
+    np.testing.assert_array_equal(got, expected)
+    assert isinstance(opt, torch.optim.SGD) and "Distributed" in type(opt).__name__
+    assert opt.state_dict()["param_groups"][0]["lr"] == LR
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"samples": 0}, "samples must be a whole number >= 1"),
+    ({"every": 1.5}, "every must be a whole number >= 1"),
+])
+def test_bad_arguments_are_refused(comm, kwargs, message):
+    model = cnn(seed=0)
+    sync = psgd.torch.create("bmuf", model, comm=comm)
+    with pytest.raises(psgd.UsageError, match=message):
+        psgd.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR), sync,
+                                        **kwargs)
+    sync.stop(0)
+
+
+def test_syncgrad_refuses_every_and_foreign_tensors(comm):
+    model = cnn(seed=0)
+    sync = psgd.torch.create("syncgrad", model, comm=comm)
+    with pytest.raises(psgd.UsageError, match="syncgrad averages every step"):
+        psgd.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR), sync,
+                                        every=4)
+    other = torch.nn.Linear(2, 2)
+    with pytest.raises(psgd.UsageError, match="not parameters of the model"):
+        psgd.torch.DistributedOptimizer(torch.optim.SGD(other.parameters(), lr=LR), sync)
+    opt = psgd.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR), sync)
+    with pytest.raises(psgd.UsageError, match="already a psgd DistributedOptimizer"):
+        psgd.torch.DistributedOptimizer(opt, sync)
+    opt.stop()
+
+
+def test_the_server_rank_is_told_to_run(comm):
+    model = cnn(seed=0)
+    sync = psgd.torch.create("easgd", model, comm=comm)
+    if sync.role == "server":
+        with pytest.raises(psgd.UsageError, match="serves: call sync.run"):
+            psgd.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR), sync)
+        sync.run()
+    else:
+        psgd.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR), sync).stop()
+
+
+@pytest.mark.parametrize("bucket_mb, message", [
+    (-1, "bucket_mb must be a number >= 0"), (float("nan"), "bucket_mb must be a number"),
+    ("25", "bucket_mb must be a number")])
+def test_a_bad_bucket_size_fails_on_every_rank(comm, bucket_mb, message):
+    with pytest.raises(psgd.UsageError, match=message):
+        psgd.torch.create("syncgrad", cnn(seed=0), comm=comm,
+                          bucket_mb=bucket_mb if comm.rank == 0 else 25)
+
+
+def test_bucket_sizes_that_differ_fail_on_every_rank(comm):
+    with pytest.raises(psgd.UsageError, match="bucket_mb"):
+        psgd.torch.create("syncgrad", cnn(seed=0), comm=comm, bucket_mb=1 + comm.rank)
+
+
+def test_bucket_mb_is_for_syncgrad_only(comm):
+    with pytest.raises(psgd.UsageError, match="only syncgrad"):
+        psgd.torch.create("bmuf", cnn(seed=0), comm=comm, bucket_mb=1)
