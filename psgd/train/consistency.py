@@ -36,13 +36,18 @@ def _same(a, b):
     return a == b
 
 
+# Files only rank 0 writes: another rank's value is never used.
+RANK0_OUTPUTS = ("out", "metrics", "plot", "timeline")
+
+
 def flags(args):
-    """{--flag: value} of every option, for comparing them across ranks."""
+    """{--flag: value} of every option that every rank acts on, for
+    comparing them across ranks."""
     def plain(v):
         return v is None or isinstance(v, (bool, int, float, str)) or (
             isinstance(v, (list, tuple)) and all(plain(x) for x in v))
     return {_flag(k): (list(v) if isinstance(v, tuple) else v)
-            for k, v in sorted(vars(args).items()) if plain(v)}
+            for k, v in sorted(vars(args).items()) if plain(v) and k not in RANK0_OUTPUTS}
 
 
 def check_init(args, path, saved_sizes, saved_name):
