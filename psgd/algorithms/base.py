@@ -9,7 +9,7 @@ import numbers
 import numpy as np
 from mpi4py import MPI
 
-from .. import agreement, mpi, pipeline
+from .. import agreement, mpi, pipeline, trace
 from ..errors import UsageError
 
 REGISTRY = {}
@@ -249,7 +249,13 @@ class CollectiveWorker(Algorithm):
             raise UsageError("%s rank %d: synchronize after stop (begin_round() starts another "
                              "round, on every rank)" % (self.name, self.node.rank))
         n_k, problem = _check_count(n_k, self.node.size)
+        rec = trace.recorder
+        if rec is not None:
+            start = trace.now()
         n, active, bad = self.node.allreduce_counts(n_k, problem is not None)
+        if rec is not None:
+            counted = trace.now()
+            rec.part("count", start, counted)
         if bad:
             # Raised on every rank so no rank is left waiting in the next call.
             raise UsageError(problem or "%d rank(s) passed an invalid sample count "
@@ -262,6 +268,10 @@ class CollectiveWorker(Algorithm):
         self.update(n_k, n, active)
         if self.stat_exchange is not None:
             self._average_stats(n_k, n, active)
+        if rec is not None:
+            end = trace.now()
+            rec.part("exchange + update", counted, end)
+            rec.sync(start, end, self.syncs, collective=True)
         self.syncs += 1
         return True
 

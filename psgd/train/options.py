@@ -155,6 +155,10 @@ def build_parser(prog="psgd-train"):
                    help="nnet1 --out in Kaldi's binary format (default true)")
     g.add_argument("--metrics", default=None, metavar="M.jsonl")
     g.add_argument("--plot", default=None, metavar="CURVES.png")
+    g.add_argument("--timeline", default=None, metavar="TRACE.json",
+                   help="a trace of every rank (Chrome trace format: Perfetto, "
+                        "chrome://tracing; python -m psgd.timeline draws it), written at "
+                        "each checkpoint and at the end")
     g.add_argument("--checkpoint-dir", default=None)
     g.add_argument("--checkpoint-every", type=int, default=1, metavar="EPOCHS")
     g.add_argument("--resume", action="store_true", help="continue from --checkpoint-dir")

@@ -1,4 +1,4 @@
-"""Output files (--out, --plot, --metrics, --checkpoint-dir): checked at
+"""Output files (--out, --plot, --metrics, --timeline, --checkpoint-dir): checked at
 start-up, before any epoch is trained, and written atomically (psgd.atomic).
 A writer killed mid-write leaves its temporary file behind: the next start
 removes the ones of writers that are dead (same host, no such process)."""
@@ -97,13 +97,14 @@ def check_outputs(args):
     checks = [(args.out, lambda p: check_file(p, "out")),
               (args.metrics, lambda p: check_file(p, "metrics")),
               (args.plot, lambda p: check_file(p, "plot", PLOT_FORMATS)),
+              (args.timeline, lambda p: check_file(p, "timeline", ("json",))),
               (args.checkpoint_dir, lambda p: check_folder(p, "checkpoint-dir"))]
     for path, check in checks:
         if path:
             problem = check(path)
             if problem:
                 return problem
-    for path in (args.out, args.metrics, args.plot):
+    for path in (args.out, args.metrics, args.plot, args.timeline):
         if path:
             remove_debris(os.path.dirname(os.path.abspath(path)))
     return None

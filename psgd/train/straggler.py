@@ -1,0 +1,95 @@
+"""Who held the others back, from what each rank recorded (psgd/trace.py),
+on one clock: the end-of-run line, --metrics' per-epoch columns, the
+timeline summary and the stall watchdog all name the straggler with this.
+
+Where all meet (a collective sync, an epoch's end) every rank waits from
+its own arrival until the last one's: that wait is the last arriver's doing.
+A worker of a server algorithm waits in its sync while a server serves
+others: the time it serves another worker is that worker's doing (a worker
+whose transfers crawl over a slow link holds the server, and so everyone)."""
+import bisect
+
+import numpy as np
+
+from .. import trace
+
+# Arrivals this close together (seconds) are a tie: the wait is shared.
+TIE_S = 1e-6
+
+
+def rendezvous(arrivals, now=None):
+    """(held, waited) for one meeting: `arrivals[r]` when rank r arrived (nan:
+    not part of it; inf: not arrived yet, which counts as `now`). held[r]:
+    seconds the others waited for r; waited[r]: seconds r waited."""
+    a = np.asarray(arrivals, dtype=float).copy()
+    if now is not None:
+        a[np.isinf(a)] = now
+    held, waited = np.zeros(len(a)), np.zeros(len(a))
+    there = ~np.isnan(a)
+    if there.sum() < 2:
+        return held, waited
+    last = a[there].max()
+    waited[there] = last - a[there]
+    late = there & (a >= last - TIE_S)
+    held[late] = waited.sum() / late.sum()
+    return held, waited
+
+
+def attribute(spans, size):
+    """(held, waited) over ranks 0..size-1 from `spans[r]`: rank r's spans
+    (name, start, end, args) on a common clock."""
+    held, waited = np.zeros(size), np.zeros(size)
+    meetings = {}
+    serves = {}                  # server rank -> sorted [(start, end, worker)]
+    for r, rank_spans in enumerate(spans):
+        for name, start, end, args in rank_spans:
+            if name == trace.SYNC and args["collective"]:
+                meetings.setdefault(("sync", args["sync"]), {})[r] = start
+            elif name == trace.ARRIVE:
+                meetings.setdefault(("epoch", args["epoch"]), {})[r] = start
+            elif name == trace.SERVE:
+                serves.setdefault(r, []).append((start, end, args["worker"]))
+    for arrivals in meetings.values():
+        a = np.full(size, np.nan)
+        for r, t in arrivals.items():
+            a[r] = t
+        h, w = rendezvous(a)
+        held += h
+        waited += w
+    for server, served in serves.items():
+        served.sort()
+        starts = [s for s, _, _ in served]
+        longest = max(e - s for s, e, _ in served)
+        for r, rank_spans in enumerate(spans):
+            for name, start, end, args in rank_spans:
+                if name != trace.SYNC or args["collective"]:
+                    continue
+                i = bisect.bisect_left(starts, start - longest)
+                while i < len(served) and served[i][0] < end:
+                    s, e, worker = served[i]
+                    overlap = min(e, end) - max(s, start)
+                    if worker != r and overlap > 0:
+                        held[worker] += overlap
+                        waited[r] += overlap
+                    i += 1
+    return held, waited
+
+
+def straggler(held, wall, ranks):
+    """(rank, seconds, share) of the rank the others waited for most over
+    `wall` seconds, `ranks` of them taking part (share: of the others'
+    time), or None when nobody waited."""
+    if not len(held) or held.max() <= 0:
+        return None
+    r = int(np.argmax(held))
+    others = max(ranks - 1, 1) * wall
+    return r, float(held[r]), float(held[r]) / others if others > 0 else 0.0
+
+
+def line(names, found, what="the run"):
+    """The one line naming the straggler (`found`: straggler()'s answer)."""
+    if found is None:
+        return "straggler: none over %s (no rank waited for another)" % what
+    r, seconds, share = found
+    return "straggler: %s; the others waited %.2fs for it over %s, %.1f%% of their time" % (
+        names.rank(r), seconds, what, 100 * share)

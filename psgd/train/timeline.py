@@ -1,0 +1,127 @@
+"""The trainer's side of the timeline: every rank records (psgd/trace.py),
+each epoch's spans come to rank 0 on its clock (the offsets are measured at
+start-up), rank 0 names the straggler of the epoch and of the run, and with
+--timeline writes the trace (Chrome's trace event format: Perfetto,
+chrome://tracing) at each checkpoint and at the end.
+
+Without --timeline only the spans the attribution reads are recorded (one
+per sync, one per served sync on a server) and dropped once folded."""
+import json
+import os
+
+import numpy as np
+
+from .. import trace
+from ..atomic import atomic_write
+from ..errors import UsageError
+from . import straggler
+
+
+class Timeline:
+    """Collective to create, fold() and finish(). `path`: the trace file
+    (None: attribution only); `hosts`: each rank's host; `servers`: ranks
+    0..servers-1 serve (they take no part in the epoch-end rendezvous: their
+    run() ends with the last worker's)."""
+
+    def __init__(self, comm, path, hosts, servers=0, keep=()):
+        self.comm, self.path, self.hosts, self.servers = comm, path, hosts, servers
+        self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        self.offset = trace.clock_offsets(comm)
+        self.recorder = trace.Recorder(detail=path is not None)
+        trace.install(self.recorder)
+        self.events = list(keep)              # rank 0, with a path: the trace so far
+        self.named = False                    # the tracks' names are among the events
+        self.held = np.zeros(self.size)
+        self.started = self.folded = trace.now() - self.offset
+        self.arrived = None
+        self.recorder.resume()
+
+    # what the trainer says ---------------------------------------------------------
+    def arrive(self):
+        """This rank has finished its epoch's work: the epoch's end begins."""
+        self.recorder.pause()
+        self.arrived = trace.now()
+
+    def met(self, epoch):
+        """After the epoch-end collective that every rank reaches."""
+        server = self.rank < self.servers
+        self.recorder.add("epoch end (server)" if server else trace.ARRIVE, self.arrived,
+                          trace.now(), {"epoch": epoch})
+
+    def span(self, name, start, args=None):
+        """A span from `start` to now (evaluation, checkpoint)."""
+        self.recorder.part(name, start, trace.now(), args)
+
+    def next_epoch(self):
+        self.recorder.resume()
+
+    # rank 0 collects ------------------------------------------------------------------
+    def fold(self):
+        """Collective: this epoch's spans to rank 0. Returns, on rank 0, the
+        straggler of the epoch (straggler.straggler's answer), else None."""
+        mine = [(name, s - self.offset, e - self.offset, args)
+                for name, s, e, args in self.recorder.take()]
+        spans = self.comm.gather(mine, root=0)
+        if self.rank != 0:
+            return None
+        held, _ = straggler.attribute(spans, self.size)
+        self.held += held
+        now = trace.now()
+        wall, self.folded = now - self.folded, now
+        if self.path is not None:
+            self.events.extend(chrome_events(spans, self.hosts, self.servers,
+                                             names=not self.named))
+            self.named = True
+        return straggler.straggler(held, wall, self.size - self.servers)
+
+    def run_straggler(self):
+        """Rank 0: the straggler over the whole run."""
+        return straggler.straggler(self.held, trace.now() - self.started,
+                                   self.size - self.servers)
+
+    def write(self):
+        """Rank 0: the trace so far, replacing the file atomically."""
+        if self.rank == 0 and self.path is not None:
+            text = json.dumps({"traceEvents": self.events, "displayTimeUnit": "ms"})
+            atomic_write(self.path, lambda f: f.write(text), binary=False)
+
+    def close(self):
+        trace.install(None)
+
+
+def chrome_events(spans, hosts, servers=0, names=True):
+    """Complete events ("X", microseconds on rank 0's clock) and, with
+    `names`, the names of the tracks: a process per host, a thread per rank."""
+    order = list(dict.fromkeys(hosts))
+    events = []
+    for r, rank_spans in enumerate(spans):
+        pid = order.index(hosts[r])
+        if names:
+            events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": r,
+                           "args": {"name": "host %s" % hosts[r]}})
+            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": r,
+                           "args": {"name": "rank %d%s" % (r, " (server)" if r < servers
+                                                          else "")}})
+        for name, start, end, args in rank_spans:
+            event = {"ph": "X", "name": name, "pid": pid, "tid": r,
+                     "ts": round(start * 1e6, 1), "dur": round(max(end - start, 0) * 1e6, 1)}
+            if args:
+                event["args"] = args
+            events.append(event)
+    return events
+
+
+def read_events(path):
+    """The events of an earlier trace, which a resumed run goes on writing
+    (none when there is no such file), or a UsageError naming the file."""
+    if not os.path.exists(path):
+        return []
+    try:
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+        if not isinstance(events, list):
+            raise TypeError("traceEvents is not a list")
+        return events
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UsageError("--timeline %s: cannot go on with this trace (%s); move it away "
+                         "or name another file" % (path, exc))
