@@ -34,7 +34,7 @@ class Timeline:
         self.held = np.zeros(self.size)
         self.started = self.folded = trace.now() - self.offset
         self.arrived = None
-        self.recorder.resume()
+        self.next_epoch()
 
     # what the trainer says ---------------------------------------------------------
     def arrive(self):
@@ -53,7 +53,8 @@ class Timeline:
         self.recorder.part(name, start, trace.now(), args)
 
     def next_epoch(self):
-        self.recorder.resume()
+        if self.rank >= self.servers:     # a server serves: it has no compute of its own
+            self.recorder.resume()
 
     # rank 0 collects ------------------------------------------------------------------
     def fold(self):

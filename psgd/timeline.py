@@ -1,0 +1,174 @@
+"""python -m psgd.timeline TRACE.json [--png OUT.png]: what a --timeline
+trace says without a trace viewer: per rank, the time spent computing,
+communicating and waiting for others (and a server's serving and idling),
+the rank the others waited for most, and with --png a picture of every
+rank's track over the run."""
+import argparse
+import collections
+import json
+import os
+import sys
+
+from . import trace
+from .atomic import atomic_write
+from .errors import UsageError
+from .train import straggler
+from .train.outputs import check_file
+from .train.stall_report import Names
+
+# What a track is made of, and how the picture colours it (the parts of a
+# sync nest inside it and are left to the trace viewer).
+KINDS = collections.OrderedDict([
+    (trace.COMPUTE, "tab:green"), (trace.SYNC, "tab:orange"), (trace.SERVE, "tab:blue"),
+    ("idle", "lightgrey"), (trace.ARRIVE, "tab:red"), ("epoch end (server)", "tab:red"),
+    ("evaluate", "tab:purple"), ("checkpoint", "tab:brown")])
+
+
+class Trace:
+    """A --timeline file: each rank's spans (name, start, end, args) in
+    seconds, its host, and the server ranks."""
+
+    def __init__(self, path):
+        try:
+            with open(path) as f:
+                events = json.load(f)["traceEvents"]
+            self._read(events)
+        except OSError as exc:
+            raise UsageError("%s: cannot read it (%s)" % (path, exc.strerror or exc))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise UsageError("%s: not a trace psgd --timeline wrote (%s: %s)" % (
+                path, type(exc).__name__, exc))
+        if not self.size:
+            raise UsageError("%s: the trace has no rank's events" % path)
+
+    def _read(self, events):
+        hosts, servers, spans = {}, set(), collections.defaultdict(list)
+        host_names = {}
+        for e in events:
+            if e["ph"] == "M" and e["name"] == "process_name":
+                host_names[e["pid"]] = e["args"]["name"].split("host ", 1)[-1]
+            elif e["ph"] == "M" and e["name"] == "thread_name":
+                hosts[e["tid"]] = e["pid"]
+                if e["args"]["name"].endswith("(server)"):
+                    servers.add(e["tid"])
+            elif e["ph"] == "X":
+                start = e["ts"] / 1e6
+                spans[e["tid"]].append((e["name"], start, start + e["dur"] / 1e6,
+                                        e.get("args")))
+        self.size = max(list(hosts) + list(spans), default=-1) + 1
+        self.hosts = [host_names.get(hosts.get(r), "?") for r in range(self.size)]
+        self.servers = servers
+        self.spans = [sorted(spans[r], key=lambda s: s[1]) for r in range(self.size)]
+        starts = [s[1] for rs in self.spans for s in rs]
+        ends = [s[2] for rs in self.spans for s in rs]
+        self.begin, self.end = (min(starts), max(ends)) if starts else (0.0, 0.0)
+
+
+def summary(t):
+    """(rows, straggler line): per rank a dict of seconds and shares."""
+    held, waited = straggler.attribute(t.spans, t.size)
+    rows = []
+    for r in range(t.size):
+        total = collections.Counter()
+        for name, start, end, _ in t.spans[r]:
+            total[name] += end - start
+        span = t.end - t.begin
+        if r in t.servers:
+            work, comm, wait = total[trace.SERVE], 0.0, total["idle"]
+        else:
+            work = total[trace.COMPUTE]
+            wait = waited[r]
+            comm = max(total[trace.SYNC] + total[trace.ARRIVE] - wait, 0.0)
+        rows.append({"rank": r, "host": t.hosts[r], "role": "server" if r in t.servers
+                     else "worker", "compute": work, "communication": comm, "waiting": wait,
+                     "held_others": held[r], "wall": span})
+    workers = t.size - len(t.servers)
+    found = straggler.straggler(held, t.end - t.begin, workers)
+    return rows, straggler.line(Names(t.hosts), found, "the trace")
+
+
+def table(rows):
+    head = "%-5s %-10s %-7s %9s %9s %9s %9s   %s" % (
+        "rank", "host", "role", "compute", "comm", "waiting", "held", "share of the time "
+        "(compute/comm/waiting; a server: serving/-/idle)")
+    lines = [head]
+    for row in rows:
+        wall = row["wall"] or 1.0
+        lines.append("%-5d %-10s %-7s %8.2fs %8.2fs %8.2fs %8.2fs   %3.0f%% / %3.0f%% / %3.0f%%" % (
+            row["rank"], row["host"][:10], row["role"], row["compute"], row["communication"],
+            row["waiting"], row["held_others"], 100 * row["compute"] / wall,
+            100 * row["communication"] / wall, 100 * row["waiting"] / wall))
+    return "\n".join(lines)
+
+
+def draw(t, rows, line, path):
+    """Every rank's track over the run, and each rank's shares, to `path`."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise UsageError("--png %s: drawing needs matplotlib (pip install matplotlib)" % path)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 2.2 + 0.9 * t.size),
+                                      gridspec_kw={"height_ratios": [3, 2]})
+    for r in range(t.size):
+        for name, colour in KINDS.items():
+            bars = [(s - t.begin, e - s) for n, s, e, _ in t.spans[r] if n == name]
+            if bars:
+                top.broken_barh(bars, (r - 0.4, 0.8), facecolors=colour, linewidth=0)
+    top.set_yticks(range(t.size))
+    top.set_yticklabels(["rank %d%s\n%s" % (r, " (server)" if r in t.servers else "",
+                                            t.hosts[r]) for r in range(t.size)])
+    top.invert_yaxis()
+    top.set_xlabel("seconds")
+    top.set_title(line, fontsize=9)
+    top.legend(handles=[Patch(color=c, label=n) for n, c in KINDS.items()
+                        if n != "epoch end (server)"], ncol=7, fontsize=8, loc="upper center",
+               bbox_to_anchor=(0.5, -0.22), frameon=False)
+    ranks = [row["rank"] for row in rows]
+    left = [0.0] * len(rows)
+    for key, colour in (("compute", "tab:green"), ("communication", "tab:orange"),
+                        ("waiting", "tab:red")):
+        values = [row[key] for row in rows]
+        bottom.barh(ranks, values, left=left, color=colour, label=key)
+        left = [a + b for a, b in zip(left, values)]
+    bottom.set_yticks(ranks)
+    bottom.invert_yaxis()
+    bottom.set_xlabel("seconds per rank (a server: serving / idle)")
+    bottom.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.32),
+                  frameon=False)
+    fig.tight_layout()
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=80), suffix=".png")
+    plt.close(fig)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m psgd.timeline", description=__doc__.split(
+        "\n\n")[0])
+    p.add_argument("trace", metavar="TRACE.json", help="a trace psgd.worker --timeline wrote")
+    p.add_argument("--png", default=None, metavar="OUT.png", help="draw the tracks here")
+    args = p.parse_args(argv)
+    try:
+        if args.png:
+            problem = check_file(args.png, "png", ("png",))
+            if problem:
+                raise UsageError(problem)
+            if os.path.abspath(args.png) == os.path.abspath(args.trace):
+                raise UsageError("--png %s is the trace itself" % args.png)
+        t = Trace(args.trace)
+        rows, line = summary(t)
+        print(table(rows))
+        print(line)
+        if args.png:
+            draw(t, rows, line, args.png)
+            print("drew %s" % args.png)
+    except UsageError as exc:
+        sys.stderr.write("psgd.timeline: %s\n" % exc)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
