@@ -30,7 +30,7 @@ class Timeline:
         self.recorder = trace.Recorder(detail=path is not None)
         trace.install(self.recorder)
         self.events = list(keep)              # rank 0, with a path: the trace so far
-        self.named = False                    # the tracks' names are among the events
+        self.named = bool(self.events)        # the tracks' names are among the events
         self.held = np.zeros(self.size)
         self.started = self.folded = trace.now() - self.offset
         self.arrived = None
