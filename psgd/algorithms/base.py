@@ -62,6 +62,7 @@ class Algorithm(mpi.Closeable):
     implement their update; `psgd.create` builds them collectively."""
 
     name = None
+    tracing = None          # psgd.create(timeline=...): written at close()
     role = "worker"
     server_based = False
     OPTIONS = {}
@@ -226,8 +227,12 @@ class Algorithm(mpi.Closeable):
         return None, None
 
     def close(self):
-        """Collective: release the communicator psgd.create duplicated.
-        The object is unusable afterwards; closing twice does nothing."""
+        """Collective: release the communicator psgd.create duplicated (and
+        write the timeline= trace first). The object is unusable
+        afterwards; closing twice does nothing."""
+        if self.tracing is not None and self.comm is not None:
+            self.tracing, tracing = None, self.tracing
+            tracing.finish()
         if self.comm is not None and self.comm != MPI.COMM_NULL:
             self.comm.Free()
         self.comm = None

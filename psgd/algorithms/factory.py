@@ -2,6 +2,7 @@
 agrees on them (one error raised everywhere, layouts compared), and returns
 the object for this rank's role."""
 import numbers
+import os
 
 import numpy as np
 
@@ -9,7 +10,7 @@ from .. import agreement, mpi, pieces, pipeline
 from ..backend import array_module
 from ..buffers import FlatBuffer
 from ..errors import UsageError
-from . import lifecycle
+from . import lifecycle, tracing
 from .base import REGISTRY
 
 
@@ -38,7 +39,8 @@ def message_settings(server_based):
             else None}
 
 
-def create(name, params, comm=None, grads=None, stats=None, servers=None, **options):
+def create(name, params, comm=None, grads=None, stats=None, servers=None, timeline=None,
+           **options):
     """The object for this rank's role in algorithm `name` (see ALGORITHMS.md).
     Collective over `comm`: any error on any rank is raised on every rank.
     `stats`: optional non-trained arrays (BatchNorm running statistics); like
@@ -46,7 +48,9 @@ def create(name, params, comm=None, grads=None, stats=None, servers=None, **opti
     as rank 0's, and the collective algorithms average them at every sync
     with the model's weights (n_k / n, or uniform under weighting=uniform).
     `servers` (server algorithms; default 1): ranks 0..servers-1 serve, each
-    one contiguous shard of the flat buffer; the other ranks work."""
+    one contiguous shard of the flat buffer; the other ranks work.
+    `timeline`: a file name; every rank's syncs are recorded from here on
+    and rank 0 writes them there at close() (Chrome's trace event format)."""
     comm = mpi.communicator(comm)
     error, cls, resolved, buffer, grad_buffer = None, None, None, None, None
     stat_buffer = None
@@ -70,6 +74,14 @@ def create(name, params, comm=None, grads=None, stats=None, servers=None, **opti
             grad_buffer = _as_buffer(grads, "grads")
             if grad_buffer.shapes != buffer.shapes or grad_buffer.dtype != buffer.dtype:
                 raise UsageError("grads must have the shapes and dtype of params")
+        if timeline is not None:
+            if not isinstance(timeline, (str, os.PathLike)):
+                raise UsageError("timeline= must be a file name, got %s" % type(
+                    timeline).__name__)
+            timeline = os.fspath(timeline)
+            problem = tracing.problem(timeline, comm.Get_rank() == 0)
+            if problem:
+                raise UsageError(problem)
         stats = None if stats is None else _arrays(stats, "stats")
         if stats:
             if cls.server_based:
@@ -89,6 +101,8 @@ def create(name, params, comm=None, grads=None, stats=None, servers=None, **opti
     if obj.stat_exchange is not None:
         obj.stat_exchange.bcast(mpi.MAIN_RANK)
     obj.initialized()
+    if timeline is not None:
+        obj.tracing = tracing.Tracing(comm, timeline, servers if cls.server_based else 0)
     lifecycle.track(obj)
     return obj
 

@@ -12,7 +12,7 @@ import os
 import numpy as np
 
 from .. import trace
-from ..atomic import atomic_write
+from ..algorithms.tracing import chrome_events, write_trace
 from ..errors import UsageError
 from . import straggler
 
@@ -83,33 +83,10 @@ class Timeline:
     def write(self):
         """Rank 0: the trace so far, replacing the file atomically."""
         if self.rank == 0 and self.path is not None:
-            text = json.dumps({"traceEvents": self.events, "displayTimeUnit": "ms"})
-            atomic_write(self.path, lambda f: f.write(text), binary=False)
+            write_trace(self.path, self.events)
 
     def close(self):
         trace.install(None)
-
-
-def chrome_events(spans, hosts, servers=0, names=True):
-    """Complete events ("X", microseconds on rank 0's clock) and, with
-    `names`, the names of the tracks: a process per host, a thread per rank."""
-    order = list(dict.fromkeys(hosts))
-    events = []
-    for r, rank_spans in enumerate(spans):
-        pid = order.index(hosts[r])
-        if names:
-            events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": r,
-                           "args": {"name": "host %s" % hosts[r]}})
-            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": r,
-                           "args": {"name": "rank %d%s" % (r, " (server)" if r < servers
-                                                          else "")}})
-        for name, start, end, args in rank_spans:
-            event = {"ph": "X", "name": name, "pid": pid, "tid": r,
-                     "ts": round(start * 1e6, 1), "dur": round(max(end - start, 0) * 1e6, 1)}
-            if args:
-                event["args"] = args
-            events.append(event)
-    return events
 
 
 def read_events(path):

@@ -69,3 +69,31 @@ def test_the_clock_offsets_are_measured(comm, monkeypatch):
     monkeypatch.setattr(trace, "now", lambda: time.time() + 100.0 * comm.rank)
     offset = trace.clock_offsets(comm)
     assert offset == pytest.approx(100.0 * comm.rank, abs=0.5)
+
+
+@pytest.mark.parametrize("name", ["bsp", "easgd"])
+def test_create_with_a_timeline_writes_every_ranks_track_at_close(comm, tmp_path, name):
+    import json
+    path = comm.bcast(str(tmp_path / "t.json") if comm.rank == 0 else None)
+    obj = psgd.create(name, params(), comm=comm, timeline=path)
+    if obj.role == "server":
+        obj.run()
+    else:
+        obj.synchronize(5)
+        obj.stop(0)
+    obj.close()
+    assert trace.recorder is None
+    if comm.rank == 0:
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+        tracks = sorted(e["tid"] for e in events if e["name"] == "thread_name")
+        assert tracks == list(range(comm.size))
+        syncs = {e["tid"] for e in events if e["name"] == "sync"}
+        assert syncs == set(range(1 if name == "easgd" else 0, comm.size))
+
+
+def test_a_timeline_that_cannot_be_written_fails_on_every_rank(comm, tmp_path):
+    folder = comm.bcast(str(tmp_path) if comm.rank == 0 else None)
+    with pytest.raises(psgd.UsageError, match="is a directory"):
+        psgd.create("bsp", params(), comm=comm, timeline=folder)
+    assert trace.recorder is None
