@@ -101,8 +101,44 @@ def table(rows):
     return "\n".join(lines)
 
 
-def draw(t, rows, line, path):
-    """Every rank's track over the run, and each rank's shares, to `path`."""
+def epoch_window(t, epoch=None):
+    """(begin, end, epoch) of epoch `epoch` (0-based; None: the last) on the
+    trace's clock, from the epoch ends every rank recorded; None without any."""
+    ends = {}
+    for rank_spans in t.spans:
+        for name, _, end, args in rank_spans:
+            if name.startswith(trace.ARRIVE) and args and "epoch" in args:
+                ends[args["epoch"]] = max(ends.get(args["epoch"], end), end)
+    if not ends:
+        return None
+    if epoch is None:
+        epoch = max(ends)
+    if epoch not in ends:
+        raise UsageError("--epoch %d: the trace has epochs %d to %d" % (
+            epoch + 1, min(ends) + 1, max(ends) + 1))
+    before = [e for k, e in ends.items() if k < epoch]
+    return (max(before) if before else t.begin), ends[epoch], epoch
+
+
+def tracks(ax, t, window=None):
+    """Every rank's spans as bars (within `window`, (begin, end), when given)."""
+    lo, hi = window or (t.begin, t.end)
+    for r in range(t.size):
+        for name, colour in KINDS.items():
+            bars = [(max(s, lo) - t.begin, min(e, hi) - max(s, lo)) for n, s, e, _ in t.spans[r]
+                    if n == name and e > lo and s < hi]
+            if bars:
+                ax.broken_barh(bars, (r - 0.4, 0.8), facecolors=colour, linewidth=0)
+    ax.set_yticks(range(t.size))
+    ax.set_yticklabels(["rank %d%s\n%s" % (r, " (server)" if r in t.servers else "",
+                                           t.hosts[r]) for r in range(t.size)])
+    ax.invert_yaxis()
+    ax.set_xlim(lo - t.begin, hi - t.begin)
+
+
+def draw(t, rows, line, path, epoch=None):
+    """Every rank's track over the run and over one epoch (the last, or
+    `epoch`), and each rank's shares, to `path`."""
     try:
         import matplotlib
     except ImportError:
@@ -111,19 +147,17 @@ def draw(t, rows, line, path):
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 2.2 + 0.9 * t.size),
-                                      gridspec_kw={"height_ratios": [3, 2]})
-    for r in range(t.size):
-        for name, colour in KINDS.items():
-            bars = [(s - t.begin, e - s) for n, s, e, _ in t.spans[r] if n == name]
-            if bars:
-                top.broken_barh(bars, (r - 0.4, 0.8), facecolors=colour, linewidth=0)
-    top.set_yticks(range(t.size))
-    top.set_yticklabels(["rank %d%s\n%s" % (r, " (server)" if r in t.servers else "",
-                                            t.hosts[r]) for r in range(t.size)])
-    top.invert_yaxis()
+    window = epoch_window(t, epoch)
+    fig, (top, zoom, bottom) = plt.subplots(3, 1, figsize=(11, 3 + 1.3 * t.size),
+                                            gridspec_kw={"height_ratios": [3, 3, 2]})
+    tracks(top, t)
     top.set_xlabel("seconds")
     top.set_title(line, fontsize=9)
+    if window is not None:
+        tracks(zoom, t, window[:2])
+        zoom.set_xlabel("seconds (epoch %d)" % (window[2] + 1))
+    else:
+        zoom.set_visible(False)
     top.legend(handles=[Patch(color=c, label=n) for n, c in KINDS.items()
                         if n != "epoch end (server)"], ncol=7, fontsize=8, loc="upper center",
                bbox_to_anchor=(0.5, -0.22), frameon=False)
@@ -149,6 +183,8 @@ def main(argv=None):
         "\n\n")[0])
     p.add_argument("trace", metavar="TRACE.json", help="a trace psgd.worker --timeline wrote")
     p.add_argument("--png", default=None, metavar="OUT.png", help="draw the tracks here")
+    p.add_argument("--epoch", type=int, default=None, metavar="N",
+                   help="the epoch the picture zooms on (default: the last)")
     args = p.parse_args(argv)
     try:
         if args.png:
@@ -157,12 +193,14 @@ def main(argv=None):
                 raise UsageError(problem)
             if os.path.abspath(args.png) == os.path.abspath(args.trace):
                 raise UsageError("--png %s is the trace itself" % args.png)
+        if args.epoch is not None and args.epoch < 1:
+            raise UsageError("--epoch %d: epochs count from 1" % args.epoch)
         t = Trace(args.trace)
         rows, line = summary(t)
         print(table(rows))
         print(line)
         if args.png:
-            draw(t, rows, line, args.png)
+            draw(t, rows, line, args.png, None if args.epoch is None else args.epoch - 1)
             print("drew %s" % args.png)
     except UsageError as exc:
         sys.stderr.write("psgd.timeline: %s\n" % exc)

@@ -76,20 +76,25 @@ def attribute(spans, size):
 
 
 def straggler(held, wall, ranks):
-    """(rank, seconds, share) of the rank the others waited for most over
-    `wall` seconds, `ranks` of them taking part (share: of the others'
-    time), or None when nobody waited."""
+    """(rank, seconds, share, next) of the rank the others waited for most
+    over `wall` seconds, `ranks` of them taking part (share: of the others'
+    time; next: (rank, seconds) of the runner-up, None without one), or
+    None when nobody waited."""
     if not len(held) or held.max() <= 0:
         return None
-    r = int(np.argmax(held))
+    order = np.argsort(-held, kind="stable")
+    r = int(order[0])
     others = max(ranks - 1, 1) * wall
-    return r, float(held[r]), float(held[r]) / others if others > 0 else 0.0
+    runner = (int(order[1]), float(held[order[1]])) if len(held) > 1 and \
+        held[order[1]] > 0 else None
+    return r, float(held[r]), float(held[r]) / others if others > 0 else 0.0, runner
 
 
 def line(names, found, what="the run"):
     """The one line naming the straggler (`found`: straggler()'s answer)."""
     if found is None:
         return "straggler: none over %s (no rank waited for another)" % what
-    r, seconds, share = found
-    return "straggler: %s; the others waited %.2fs for it over %s, %.1f%% of their time" % (
-        names.rank(r), seconds, what, 100 * share)
+    r, seconds, share, runner = found
+    return "straggler: %s; the others waited %.2fs for it over %s, %.1f%% of their time%s" % (
+        names.rank(r), seconds, what, 100 * share,
+        "" if runner is None else " (next: %s, %.2fs)" % (names.rank(runner[0]), runner[1]))

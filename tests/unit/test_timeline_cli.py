@@ -27,6 +27,7 @@ def trace_file(tmp_path):
             t += compute
             rank_spans.append(sync(t, 100.0 + 2.1 * (n + 1), n))
             t = 100.0 + 2.1 * (n + 1)
+        rank_spans.append((trace.ARRIVE, t, t + 0.1, {"epoch": 0}))
         spans.append(rank_spans)
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"traceEvents": chrome_events(spans, ["a", "a", "b"])}))
@@ -75,3 +76,11 @@ def test_a_bad_png_path_is_named_before_reading(trace_file, tmp_path, capsys):
     assert timeline.main([str(trace_file), "--png", str(tmp_path)]) == 2
     assert "--png %s is a directory" % tmp_path in capsys.readouterr().err
     assert timeline.main([str(trace_file), "--png", str(trace_file)]) == 2
+
+
+def test_the_picture_zooms_on_an_epoch_the_trace_has(trace_file, tmp_path, capsys):
+    png = tmp_path / "t.png"
+    assert timeline.main([str(trace_file), "--png", str(png), "--epoch", "1"]) == 0
+    assert timeline.main([str(trace_file), "--png", str(png), "--epoch", "3"]) == 2
+    assert "--epoch 3: the trace has epochs 1 to 1" in capsys.readouterr().err
+    assert timeline.main([str(trace_file), "--epoch", "0"]) == 2

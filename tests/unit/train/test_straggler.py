@@ -64,16 +64,19 @@ def test_a_worker_waiting_while_the_server_serves_another_waits_for_that_one():
 
 
 def test_the_straggler_and_its_share_of_the_others_time():
-    r, seconds, share = straggler.straggler(np.array([0.0, 3.0, 1.0]), wall=10.0, ranks=3)
-    assert (r, seconds) == (1, 3.0) and share == pytest.approx(0.15)
+    r, seconds, share, runner = straggler.straggler(np.array([0.0, 3.0, 1.0]), wall=10.0,
+                                                    ranks=3)
+    assert (r, seconds, runner) == (1, 3.0, (2, 1.0)) and share == pytest.approx(0.15)
+    assert straggler.straggler(np.array([0.0, 3.0]), 10.0, 2)[3] is None
     assert straggler.straggler(np.zeros(3), 10.0, 3) is None
 
 
 def test_the_line_names_the_rank_and_its_host():
     names = Names(["a", "a", "b"])
-    line = straggler.line(names, (2, 3.0, 0.15))
+    line = straggler.line(names, (2, 3.0, 0.15, (0, 1.0)))
     assert line == ("straggler: rank 2 on b; the others waited 3.00s for it over the run, "
-                    "15.0% of their time")
+                    "15.0% of their time (next: rank 0 on a, 1.00s)")
+    assert straggler.line(names, (2, 3.0, 0.15, None)).endswith("of their time")
     assert "none" in straggler.line(Names(), None)
 
 
