@@ -6,7 +6,6 @@ path that cannot be written fails before any work on every rank."""
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 
@@ -26,13 +25,6 @@ def events(path):
 
 def straggler_lines(result):
     return re.findall(r"straggler: .*", result.stdout + result.stderr)
-
-
-@pytest.fixture(scope="module")
-def driver(tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("driver") / "fault_driver.py")
-    shutil.copy(os.path.join(ROOT, "tests", "fault_driver.py"), path)
-    return path
 
 
 @pytest.mark.timeout(120)
