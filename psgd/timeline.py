@@ -19,7 +19,8 @@ from .train.stall_report import Names
 # What a track is made of, and how the picture colours it (the parts of a
 # sync nest inside it and are left to the trace viewer).
 KINDS = collections.OrderedDict([
-    (trace.COMPUTE, "tab:green"), (trace.SYNC, "tab:orange"), (trace.SERVE, "tab:blue"),
+    (trace.COMPUTE, "tab:green"), (trace.SYNC, "tab:orange"), (straggler.WAITING, "gold"),
+    (trace.SERVE, "tab:blue"),
     ("idle", "lightgrey"), (trace.ARRIVE, "tab:red"), ("epoch end (server)", "tab:red"),
     ("evaluate", "tab:purple"), ("checkpoint", "tab:brown")])
 
@@ -159,7 +160,7 @@ def draw(t, rows, line, path, epoch=None):
     else:
         zoom.set_visible(False)
     top.legend(handles=[Patch(color=c, label=n) for n, c in KINDS.items()
-                        if n != "epoch end (server)"], ncol=7, fontsize=8, loc="upper center",
+                        if n != "epoch end (server)"], ncol=8, fontsize=8, loc="upper center",
                bbox_to_anchor=(0.5, -0.22), frameon=False)
     ranks = [row["rank"] for row in rows]
     left = [0.0] * len(rows)

@@ -132,6 +132,9 @@ class ServerWorker(Algorithm):
         the servers take."""
         pending = [r for _, request in list(receives) + list(sends) for r in request.requests]
         failed = set()
+        rec = trace.recorder
+        if rec is not None:
+            start = trace.now()
 
         def outcome():      # None while the exchange is not done and no new notice came
             if MPI.Request.Testall(pending):
@@ -153,6 +156,8 @@ class ServerWorker(Algorithm):
         for s, request in receives:
             if s not in failed:
                 request.wait()                 # the stage-in
+        if rec is not None:
+            rec.part("exchange with server", start, trace.now())
         if failed:
             self._fail()
 

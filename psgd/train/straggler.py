@@ -13,6 +13,8 @@ import numpy as np
 
 from .. import trace
 
+WAITING = "waiting"     # the spans the timeline adds: args {"for": the rank waited for}
+
 # Arrivals this close together (seconds) are a tie: the wait is shared.
 TIE_S = 1e-6
 
@@ -35,9 +37,10 @@ def rendezvous(arrivals, now=None):
     return held, waited
 
 
-def attribute(spans, size):
+def attribute(spans, size, waits=None):
     """(held, waited) over ranks 0..size-1 from `spans[r]`: rank r's spans
-    (name, start, end, args) on a common clock."""
+    (name, start, end, args) on a common clock. `waits`, a list: each wait
+    found is appended to it as (rank, start, end, the rank it waited for)."""
     held, waited = np.zeros(size), np.zeros(size)
     meetings = {}
     serves = {}                  # server rank -> sorted [(start, end, worker)]
@@ -56,6 +59,9 @@ def attribute(spans, size):
         h, w = rendezvous(a)
         held += h
         waited += w
+        if waits is not None and h.any():
+            last = int(np.argmax(h))
+            waits.extend((r, t, t + w[r], last) for r, t in arrivals.items() if w[r] > 0)
     for server, served in serves.items():
         served.sort()
         starts = [s for s, _, _ in served]
@@ -71,6 +77,8 @@ def attribute(spans, size):
                     if worker != r and overlap > 0:
                         held[worker] += overlap
                         waited[r] += overlap
+                        if waits is not None:
+                            waits.append((r, max(s, start), min(e, end), worker))
                     i += 1
     return held, waited
 

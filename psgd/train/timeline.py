@@ -65,11 +65,14 @@ class Timeline:
         spans = self.comm.gather(mine, root=0)
         if self.rank != 0:
             return None
-        held, _ = straggler.attribute(spans, self.size)
+        waits = [] if self.path is not None else None
+        held, _ = straggler.attribute(spans, self.size, waits)
         self.held += held
         now = trace.now()
         wall, self.folded = now - self.folded, now
         if self.path is not None:
+            for r, start, end, culprit in waits:
+                spans[r].append((straggler.WAITING, start, end, {"for": culprit}))
             self.events.extend(chrome_events(spans, self.hosts, self.servers,
                                              names=not self.named))
             self.named = True

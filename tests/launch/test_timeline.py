@@ -38,7 +38,8 @@ def test_a_trace_with_a_track_per_rank_and_the_straggler_named(tmp_path, algo):
     tracks = {e["tid"]: e["args"]["name"] for e in found if e["name"] == "thread_name"}
     assert sorted(tracks) == [0, 1, 2]
     kinds = {e["name"] for e in found if e["ph"] == "X"}
-    assert {"compute", "sync", "epoch end", "evaluate"} <= kinds, kinds
+    assert {"compute", "sync", "waiting", "epoch end", "evaluate"} <= kinds, kinds
+    assert all(0 <= e["args"]["for"] < 3 for e in found if e["name"] == "waiting")
     assert ({"serve", "idle"} <= kinds) == (algo == "easgd"), kinds
     assert ({"count", "exchange + update"} <= kinds) == (algo == "bmuf"), kinds
     # one clock: every rank's epoch ends overlap

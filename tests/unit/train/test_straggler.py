@@ -88,3 +88,12 @@ def test_the_stall_watchdog_counts_the_wait_as_the_run_line_does():
     held, _ = straggler.rendezvous([-5.0, math.inf, -4.0], now=0.0)
     assert line.endswith("; the others have waited %.1fs for rank 1" % held[1]), line
     assert held[1] == 9.0
+
+
+def test_each_wait_is_found_with_the_rank_waited_for():
+    spans = [[sync(0.0, 1.2, 0)], [sync(1.0, 1.2, 0)],
+             [(trace.SERVE, 5.0, 6.0, {"worker": 0, "staleness": 0})],
+             [sync(5.5, 6.5, 1, collective=False)]]
+    waits = []
+    straggler.attribute(spans, 4, waits)
+    assert sorted(waits) == [(0, 0.0, 1.0, 1), (3, 5.5, 6.0, 0)]
