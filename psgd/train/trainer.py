@@ -120,9 +120,9 @@ class Trainer(mpi.Closeable):
             if args.checkpoint_dir else None
         if args.resume:
             self._resume()
-        self._start_timeline()
         self.metrics = outputs.open_metrics(self.comm, args.metrics if self.main else None,
                                             self.start_epoch)
+        self._start_timeline()
         if self.say:
             self._announce()
             if self.backend.is_gpu:
