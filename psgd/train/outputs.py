@@ -104,6 +104,15 @@ def check_outputs(args):
             problem = check(path)
             if problem:
                 return problem
+    files = [("out", args.out), ("metrics", args.metrics), ("plot", args.plot),
+             ("timeline", args.timeline)]
+    seen = {}
+    for flag, path in files:
+        if path:
+            other = seen.setdefault(os.path.realpath(path), flag)
+            if other != flag:
+                return "--%s %s and --%s name the same file: each would overwrite the " \
+                       "other" % (flag, path, other)
     for path in (args.out, args.metrics, args.plot, args.timeline):
         if path:
             remove_debris(os.path.dirname(os.path.abspath(path)))
