@@ -19,10 +19,10 @@ from .train.stall_report import Names
 # What a track is made of, and how the picture colours it (the parts of a
 # sync nest inside it and are left to the trace viewer).
 KINDS = collections.OrderedDict([
-    (trace.COMPUTE, "tab:green"), (trace.SYNC, "tab:orange"), (straggler.WAITING, "gold"),
-    (trace.SERVE, "tab:blue"),
-    ("idle", "lightgrey"), (trace.ARRIVE, "tab:red"), ("epoch end (server)", "tab:red"),
-    ("evaluate", "tab:purple"), ("checkpoint", "tab:brown")])
+    (trace.COMPUTE, "tab:green"), (trace.SYNC, "tab:orange"), (trace.WAITING, "gold"),
+    (trace.SERVE, "tab:blue"), (trace.IDLE, "lightgrey"), (trace.ARRIVE, "tab:red"),
+    (trace.SERVER_END, "tab:red"), (trace.EVALUATE, "tab:purple"),
+    (trace.CHECKPOINT, "tab:brown")])
 
 
 class Trace:
@@ -75,7 +75,7 @@ def summary(t):
             total[name] += end - start
         span = t.end - t.begin
         if r in t.servers:
-            work, comm, wait = total[trace.SERVE], 0.0, total["idle"]
+            work, comm, wait = total[trace.SERVE], 0.0, total[trace.IDLE]
         else:
             work = total[trace.COMPUTE]
             wait = waited[r]
@@ -160,7 +160,7 @@ def draw(t, rows, line, path, epoch=None):
     else:
         zoom.set_visible(False)
     top.legend(handles=[Patch(color=c, label=n) for n, c in KINDS.items()
-                        if n != "epoch end (server)"], ncol=8, fontsize=8, loc="upper center",
+                        if n != trace.SERVER_END], ncol=8, fontsize=8, loc="upper center",
                bbox_to_anchor=(0.5, -0.22), frameon=False)
     ranks = [row["rank"] for row in rows]
     left = [0.0] * len(rows)

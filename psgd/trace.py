@@ -13,12 +13,22 @@ from mpi4py import MPI
 
 recorder = None     # this process's Recorder while a run records
 
-# What the attribution reads. SYNC: args {"sync": n, "collective": bool}: a
-# collective sync is a rendezvous keyed by its number, a server algorithm's
-# is a worker waiting for its server(s); SERVE: args {"worker": rank,
-# "staleness": s}; ARRIVE: args {"epoch": e}: an epoch-end rendezvous.
+# What the attribution reads. SYNC: a collective sync is a rendezvous keyed
+# by its number, a server algorithm's is a worker waiting for its server(s);
+# SERVE: a server serving one worker; ARRIVE: an epoch-end rendezvous.
 SYNC, SERVE, ARRIVE = "sync", "serve", "epoch end"
-COMPUTE = "compute"
+# What only the timeline shows.
+COMPUTE, COUNT, EXCHANGE, WITH_SERVER, IDLE = (
+    "compute", "count", "exchange + update", "exchange with server", "idle")
+SERVER_END, EVALUATE, CHECKPOINT = "epoch end (server)", "evaluate", "checkpoint"
+WAITING = "waiting"         # added by rank 0 from the attribution: args {"for": rank}
+# Every kind of span and the names of its args (numbers: a span travels to
+# rank 0 as one row of float64, [kind, start, end, args...]).
+KINDS = {SYNC: ("sync", "collective"), SERVE: ("worker", "sync", "staleness"),
+         ARRIVE: ("epoch",), SERVER_END: ("epoch",), CHECKPOINT: ("epoch",),
+         COMPUTE: (), COUNT: (), EXCHANGE: (), WITH_SERVER: (), IDLE: (), EVALUATE: ()}
+_NAMES = list(KINDS)
+_ROW = 3 + max(len(a) for a in KINDS.values())
 
 now = time.time
 
@@ -59,6 +69,40 @@ class Recorder:
         """The spans recorded since the last take()."""
         spans, self.spans = self.spans, []
         return spans
+
+
+def _row(span):
+    name, start, end, args = span
+    row = [_NAMES.index(name), start, end] + [0.0] * (_ROW - 3)
+    for i, key in enumerate(KINDS[name]):
+        row[3 + i] = args[key]
+    return row
+
+
+def _span(row):
+    name = _NAMES[int(row[0])]
+    keys = KINDS[name]
+    args = {k: (bool(v) if k == "collective" else int(v)) for k, v in zip(keys, row[3:])}
+    return name, float(row[1]), float(row[2]), args or None
+
+
+def gather(comm, spans, offset):
+    """Collective: every rank's `spans` on rank 0's clock (this rank's clock
+    minus `offset`), as a list per rank on rank 0; None on the others."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    mine = np.array([_row(s) for s in spans], dtype=np.float64).reshape(-1, _ROW)
+    mine[:, 1:3] -= offset
+    counts = np.zeros(size, dtype=np.int64)
+    comm.Gather([np.array([mine.size], dtype=np.int64), MPI.INT64_T],
+                [counts, MPI.INT64_T], root=0)
+    whole = np.zeros(int(counts.sum()) if rank == 0 else 0, dtype=np.float64)
+    comm.Gatherv([mine, MPI.DOUBLE], [whole, (counts, None), MPI.DOUBLE] if rank == 0
+                 else None, root=0)
+    if rank != 0:
+        return None
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    return [[_span(row) for row in whole[bounds[r]:bounds[r + 1]].reshape(-1, _ROW)]
+            for r in range(size)]
 
 
 def install(rec):

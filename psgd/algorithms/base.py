@@ -260,7 +260,7 @@ class CollectiveWorker(Algorithm):
         n, active, bad = self.node.allreduce_counts(n_k, problem is not None)
         if rec is not None:
             counted = trace.now()
-            rec.part("count", start, counted)
+            rec.part(trace.COUNT, start, counted)
         if bad:
             # Raised on every rank so no rank is left waiting in the next call.
             raise UsageError(problem or "%d rank(s) passed an invalid sample count "
@@ -275,7 +275,7 @@ class CollectiveWorker(Algorithm):
             self._average_stats(n_k, n, active)
         if rec is not None:
             end = trace.now()
-            rec.part("exchange + update", counted, end)
+            rec.part(trace.EXCHANGE, counted, end)
             rec.sync(start, end, self.syncs, collective=True)
         self.syncs += 1
         return True

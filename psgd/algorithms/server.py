@@ -206,7 +206,7 @@ class Server(GivingUp, Algorithm):
                     self._poll(block=True)
                     stats.idle_s += time.perf_counter() - start
                     if idle is not None:
-                        trace.recorder.part("idle", idle, trace.now())
+                        trace.recorder.part(trace.IDLE, idle, trace.now())
                 entry = self._queue.popleft()
             start = time.perf_counter()
             rec = trace.recorder

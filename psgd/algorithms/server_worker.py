@@ -157,7 +157,7 @@ class ServerWorker(Algorithm):
             if s not in failed:
                 request.wait()                 # the stage-in
         if rec is not None:
-            rec.part("exchange with server", start, trace.now())
+            rec.part(trace.WITH_SERVER, start, trace.now())
         if failed:
             self._fail()
 

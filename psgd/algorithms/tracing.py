@@ -36,10 +36,8 @@ class Tracing:
     def finish(self):
         """Collective: every rank's spans to rank 0, which writes the trace."""
         trace.install(None)
-        mine = [(name, s - self.offset, e - self.offset, args)
-                for name, s, e, args in self.recorder.take()]
-        spans = self.comm.gather(mine, root=0)
-        if self.comm.Get_rank() == 0:
+        spans = trace.gather(self.comm, self.recorder.take(), self.offset)
+        if spans is not None:
             write_trace(self.path, chrome_events(spans, self.hosts, self.servers))
 
 

@@ -13,8 +13,6 @@ import numpy as np
 
 from .. import trace
 
-WAITING = "waiting"     # the spans the timeline adds: args {"for": the rank waited for}
-
 # Arrivals this close together (seconds) are a tie: the wait is shared.
 TIE_S = 1e-6
 

@@ -45,7 +45,7 @@ class Timeline:
     def met(self, epoch):
         """After the epoch-end collective that every rank reaches."""
         server = self.rank < self.servers
-        self.recorder.add("epoch end (server)" if server else trace.ARRIVE, self.arrived,
+        self.recorder.add(trace.SERVER_END if server else trace.ARRIVE, self.arrived,
                           trace.now(), {"epoch": epoch})
 
     def span(self, name, start, args=None):
@@ -60,9 +60,7 @@ class Timeline:
     def fold(self):
         """Collective: this epoch's spans to rank 0. Returns, on rank 0, the
         straggler of the epoch (straggler.straggler's answer), else None."""
-        mine = [(name, s - self.offset, e - self.offset, args)
-                for name, s, e, args in self.recorder.take()]
-        spans = self.comm.gather(mine, root=0)
+        spans = trace.gather(self.comm, self.recorder.take(), self.offset)
         if self.rank != 0:
             return None
         waits = [] if self.path is not None else None
@@ -72,7 +70,7 @@ class Timeline:
         wall, self.folded = now - self.folded, now
         if self.path is not None:
             for r, start, end, culprit in waits:
-                spans[r].append((straggler.WAITING, start, end, {"for": culprit}))
+                spans[r].append((trace.WAITING, start, end, {"for": culprit}))
             self.events.extend(chrome_events(spans, self.hosts, self.servers,
                                              names=not self.named))
             self.named = True

@@ -225,7 +225,7 @@ class Trainer(mpi.Closeable):
         self.samples += int(sums[1])
         evaluating = trace.now()
         test_loss, test_acc = self.evaluate()
-        self.timeline.span("evaluate", evaluating)
+        self.timeline.span(trace.EVALUATE, evaluating)
         found = self.timeline.fold()
         accepted = self.schedule.end_epoch(test_loss)
         self._keep_best(accepted)
@@ -304,7 +304,7 @@ class Trainer(mpi.Closeable):
                       schedule=self.schedule.state(), **extra)
         saving = trace.now()
         self.checkpointer.save(epoch, arrays, header)
-        self.timeline.span("checkpoint", saving, {"epoch": epoch + 1})
+        self.timeline.span(trace.CHECKPOINT, saving, {"epoch": epoch + 1})
         self.timeline.write()      # a job killed later leaves the trace up to here
 
     def _load_checkpoint(self, check=None):

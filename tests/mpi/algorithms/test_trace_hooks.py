@@ -97,3 +97,20 @@ def test_a_timeline_that_cannot_be_written_fails_on_every_rank(comm, tmp_path):
     with pytest.raises(psgd.UsageError, match="is a directory"):
         psgd.create("bsp", params(), comm=comm, timeline=folder)
     assert trace.recorder is None
+
+
+def test_spans_reach_rank_0_whole_and_on_its_clock(comm):
+    mine = [(trace.SYNC, 10.0, 11.0, {"sync": comm.rank, "collective": True}),
+            (trace.SERVE, 12.0, 13.0, {"worker": 1, "sync": 7, "staleness": 2}),
+            (trace.COMPUTE, 13.0, 14.0, None)][:comm.rank + 1]
+    spans = trace.gather(comm, mine, offset=float(comm.rank))
+    if comm.rank == 0:
+        assert len(spans) == comm.size
+        for r, got in enumerate(spans):
+            sent = [(n, s, e, a) for n, s, e, a in
+                    [(trace.SYNC, 10.0, 11.0, {"sync": r, "collective": True}),
+                     (trace.SERVE, 12.0, 13.0, {"worker": 1, "sync": 7, "staleness": 2}),
+                     (trace.COMPUTE, 13.0, 14.0, None)][:r + 1]]
+            assert got == [(n, s - r, e - r, a) for n, s, e, a in sent]
+    else:
+        assert spans is None
