@@ -22,7 +22,7 @@ def test_the_host_with_a_slow_link_is_named(workdir):
     cluster = Cluster(3, "1gbit")
     try:
         cluster.slow("h1", "10mbit")
-        train = ["-m", "psgd.worker", "--algo", "easgd", "--model", "mlp", "--hidden", "256",
+        train = ["-m", "psgd.worker", "--algo", "easgd", "--model", "mlp", "--hidden", "1024",
                  "--num-samples", "2000", "--epochs", "2", "--timeline", "t.json"]
         cmd = cluster.mpirun_command(1, 4, train)
         hosts = cmd.index("-hosts") if "-hosts" in cmd else cmd.index("--host")
