@@ -18,10 +18,11 @@ from . import straggler
 
 
 class Timeline:
-    """Collective to create, fold() and finish(). `path`: the trace file
-    (None: attribution only); `hosts`: each rank's host; `servers`: ranks
-    0..servers-1 serve (they take no part in the epoch-end rendezvous: their
-    run() ends with the last worker's)."""
+    """Collective to create and to fold(); rank 0 write()s. `path`: the
+    trace file (None: attribution only); `hosts`: each rank's host;
+    `servers`: ranks 0..servers-1 serve (they take no part in the epoch-end
+    rendezvous: their run() ends with the last worker's); `keep`: the events
+    of the trace a resumed run goes on with."""
 
     def __init__(self, comm, path, hosts, servers=0, keep=()):
         self.comm, self.path, self.hosts, self.servers = comm, path, hosts, servers
@@ -32,7 +33,7 @@ class Timeline:
         self.events = list(keep)              # rank 0, with a path: the trace so far
         self.named = bool(self.events)        # the tracks' names are among the events
         self.held = np.zeros(self.size)
-        self.started = self.folded = trace.now() - self.offset
+        self.started = self.folded = trace.now()    # read on rank 0, whose clock it is
         self.arrived = None
         self.next_epoch()
 
