@@ -133,6 +133,7 @@ def tracks(ax, t, window=None):
     ax.set_yticks(range(t.size))
     ax.set_yticklabels(["rank %d%s\n%s" % (r, " (server)" if r in t.servers else "",
                                            t.hosts[r]) for r in range(t.size)])
+    ax.tick_params(axis="y", labelsize=8 if t.size <= 16 else 5)   # 16 tracks fill the height
     ax.invert_yaxis()
     ax.set_xlim(lo - t.begin, hi - t.begin)
 
@@ -149,7 +150,7 @@ def draw(t, rows, line, path, epoch=None):
     from matplotlib.patches import Patch
 
     window = epoch_window(t, epoch)
-    fig, (top, zoom, bottom) = plt.subplots(3, 1, figsize=(11, 3 + 1.3 * t.size),
+    fig, (top, zoom, bottom) = plt.subplots(3, 1, figsize=(11, 3 + 1.3 * min(t.size, 16)),
                                             gridspec_kw={"height_ratios": [3, 3, 2]})
     tracks(top, t)
     top.set_xlabel("seconds")
