@@ -60,24 +60,31 @@ def attribute(spans, size, waits=None):
         if waits is not None and h.any():
             last = int(np.argmax(h))
             waits.extend((r, t, t + w[r], last) for r, t in arrivals.items() if w[r] > 0)
+    index = {}                   # server rank -> (its serves' starts, its longest serve)
     for server, served in serves.items():
         served.sort()
-        starts = [s for s, _, _ in served]
-        longest = max(e - s for s, e, _ in served)
-        for r, rank_spans in enumerate(spans):
-            for name, start, end, args in rank_spans:
-                if name != trace.SYNC or args["collective"]:
-                    continue
+        index[server] = ([s for s, _, _ in served], max(e - s for s, e, _ in served))
+    for r, rank_spans in enumerate(spans):
+        for name, start, end, args in rank_spans:
+            if name != trace.SYNC or args["collective"]:
+                continue
+            found = []
+            for server, served in serves.items():
+                starts, longest = index[server]
                 i = bisect.bisect_left(starts, start - longest)
                 while i < len(served) and served[i][0] < end:
                     s, e, worker = served[i]
-                    overlap = min(e, end) - max(s, start)
-                    if worker != r and overlap > 0:
-                        held[worker] += overlap
-                        waited[r] += overlap
-                        if waits is not None:
-                            waits.append((r, max(s, start), min(e, end), worker))
+                    if worker != r and min(e, end) > max(s, start):
+                        found.append((worker, max(s, start), min(e, end)))
                     i += 1
+            # Shards served at once (--servers S) overlap: the wait counts once.
+            total = sum(e - s for _, s, e in found)
+            scale = min(1.0, (end - start) / total) if total > 0 else 0.0
+            for worker, s, e in found:
+                held[worker] += scale * (e - s)
+                waited[r] += scale * (e - s)
+                if waits is not None:
+                    waits.append((r, s, e, worker))
     return held, waited
 
 

@@ -101,3 +101,12 @@ def test_each_wait_is_found_with_the_rank_waited_for():
     waits = []
     straggler.attribute(spans, 4, waits)
     assert sorted(waits) == [(0, 0.0, 1.0, 1), (3, 5.5, 6.0, 0)]
+
+
+def test_shards_served_at_once_count_a_wait_once():
+    # two servers serve rank 3's shards at the same time while rank 2 waits
+    serve = [(trace.SERVE, 0.0, 1.0, {"worker": 3, "staleness": 0})]
+    spans = [serve, list(serve), [sync(0.0, 1.0, 0, collective=False)], []]
+    held, waited = straggler.attribute(spans, 4)
+    np.testing.assert_allclose(held, [0.0, 0.0, 0.0, 1.0])
+    np.testing.assert_allclose(waited, [0.0, 0.0, 1.0, 0.0])
