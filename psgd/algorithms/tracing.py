@@ -57,6 +57,11 @@ def chrome_events(spans, hosts, servers=0, names=True):
         if names:
             events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": r,
                            "args": {"name": "host %s" % hosts[r]}})
+            # tracks in rank order within a host, hosts in the order of their first rank
+            events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": r,
+                           "args": {"sort_index": pid}})
+            events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": r,
+                           "args": {"sort_index": r}})
             events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": r,
                            "args": {"name": "rank %d%s" % (r, " (server)" if r < servers
                                                           else "")}})
