@@ -13,7 +13,6 @@ from . import trace
 from .atomic import atomic_write
 from .errors import UsageError
 from .train import straggler
-from .train.outputs import check_file
 from .train.stall_report import Names
 
 # What a track is made of, and how the picture colours it (the parts of a
@@ -180,6 +179,20 @@ def draw(t, rows, line, path, epoch=None):
     plt.close(fig)
 
 
+def png_problem(path, trace_path):
+    """Why the picture cannot go to `path`, or None (checked before reading)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        return "--png %s is a directory; give a file name" % path
+    if not path.lower().endswith(".png"):
+        return "--png %s: the picture is a PNG; name it .png" % path
+    if not os.path.isdir(folder):
+        return "--png %s: no folder %s" % (path, folder)
+    if os.path.abspath(path) == os.path.abspath(trace_path):
+        return "--png %s is the trace itself" % path
+    return None
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m psgd.timeline", description=__doc__.split(
         "\n\n")[0])
@@ -189,12 +202,9 @@ def main(argv=None):
                    help="the epoch the picture zooms on (default: the last)")
     args = p.parse_args(argv)
     try:
-        if args.png:
-            problem = check_file(args.png, "png", ("png",))
-            if problem:
-                raise UsageError(problem)
-            if os.path.abspath(args.png) == os.path.abspath(args.trace):
-                raise UsageError("--png %s is the trace itself" % args.png)
+        problem = args.png and png_problem(args.png, args.trace)
+        if problem:
+            raise UsageError(problem)
         if args.epoch is not None and args.epoch < 1:
             raise UsageError("--epoch %d: epochs count from 1" % args.epoch)
         t = Trace(args.trace)

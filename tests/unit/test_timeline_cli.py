@@ -76,6 +76,8 @@ def test_a_bad_png_path_is_named_before_reading(trace_file, tmp_path, capsys):
     assert timeline.main([str(trace_file), "--png", str(tmp_path)]) == 2
     assert "--png %s is a directory" % tmp_path in capsys.readouterr().err
     assert timeline.main([str(trace_file), "--png", str(trace_file)]) == 2
+    assert timeline.main([str(trace_file), "--png", str(tmp_path / "no" / "t.png")]) == 2
+    assert "no folder" in capsys.readouterr().err
 
 
 def test_the_picture_zooms_on_an_epoch_the_trace_has(trace_file, tmp_path, capsys):
