@@ -17,7 +17,7 @@ NP ?= 2 3 5
 install_torch_cpu = $(if $(TORCH_CPU),$(1) -m pip install -q '$(TORCH_CPU)' || \
 	echo "make: $(TORCH_CPU) not found; the torch extra installs the default build")
 
-.PHONY: install test test-unit test-mpi test-openmpi demo bench clean
+.PHONY: install test test-unit test-mpi test-openmpi demo timeline bench clean
 
 install: $(VENV)/.installed
 
@@ -44,6 +44,11 @@ test-mpi: install
 
 demo: install
 	$(MPIRUN) -np 5 $(PY) -m psgd.worker --algo easgd
+
+# make demo, traced, then drawn: how the README's docs/timeline.png was made.
+timeline: install
+	$(MPIRUN) -np 5 $(PY) -m psgd.worker --algo easgd --timeline demo-timeline.json
+	$(PY) -m psgd.timeline demo-timeline.json --png demo-timeline.png
 
 bench: install
 	$(PY) benchmarks/run_all.py

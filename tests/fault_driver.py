@@ -6,8 +6,9 @@ tmp_path and run under mpirun:
 It monkeypatches the trainer so that one rank misbehaves (raises, sleeps,
 writes NaN, dies while writing a checkpoint) at a given epoch and step,
 then runs the real CLI, psgd.worker.main. psgd itself has no test hooks.
-FAULT keys: what (raise | sleep | nan | kill-in-save), rank, epoch, step,
-every (nan from `step` on), seconds (sleep), sync (the easgd server fails
+FAULT keys: what (raise | sleep | nan | kill-in-save | slow), rank, epoch,
+step, every (nan from `step` on), seconds (sleep), factor (slow: every step
+of the rank takes this much longer, from the start), sync (the easgd server fails
 or sleeps at that sync instead), pace (seconds slept at every epoch start,
 all ranks), dump (a folder: each rank writes digests of its parameters at
 every step)."""
@@ -60,7 +61,10 @@ seen = []       # a digest of the parameters at every step
 def faulty_loss_and_grad(self, *args, **kwargs):
     if FAULT.get("dump"):
         seen.append(hashlib.sha1(self.param_buffer.data.tobytes()).hexdigest())
+    started = time.perf_counter()
     loss = loss_and_grad(self, *args, **kwargs)
+    if MINE and WHAT == "slow":
+        time.sleep(FAULT["factor"] * (time.perf_counter() - started))
     at["step"] += 1
     if MINE and at["epoch"] == FAULT.get("epoch", 0) and (
             at["step"] == FAULT.get("step", 1)

@@ -9,7 +9,7 @@ import numbers
 import numpy as np
 from mpi4py import MPI
 
-from .. import agreement, mpi, nccl, pipeline
+from .. import agreement, mpi, nccl, pipeline, trace
 from ..errors import UsageError
 
 REGISTRY = {}
@@ -62,6 +62,7 @@ class Algorithm(mpi.Closeable):
     implement their update; `psgd.create` builds them collectively."""
 
     name = None
+    tracing = None          # psgd.create(timeline=...): written at close()
     role = "worker"
     server_based = False
     grad_tail = 0       # elements a gradient buffer holds behind the gradients
@@ -245,8 +246,12 @@ class Algorithm(mpi.Closeable):
         return None, None
 
     def close(self):
-        """Collective: release the communicator psgd.create duplicated.
-        The object is unusable afterwards; closing twice does nothing."""
+        """Collective: release the communicator psgd.create duplicated (and
+        write the timeline= trace first). The object is unusable
+        afterwards; closing twice does nothing."""
+        if self.tracing is not None and self.comm is not None:
+            self.tracing, tracing = None, self.tracing
+            tracing.finish()
         if self.nccl is not None:
             self.nccl.destroy()
             self.nccl = None
@@ -267,7 +272,13 @@ class CollectiveWorker(Algorithm):
     def synchronize(self, n_k):
         self.check_running()
         n_k, problem = _check_count(n_k, self.node.size)
+        rec = trace.recorder
+        if rec is not None:
+            start = trace.now()
         n, active, bad = self.node.allreduce_counts(n_k, problem is not None)
+        if rec is not None:
+            counted = trace.now()
+            rec.part(trace.COUNT, start, counted)
         if bad:
             # Raised on every rank so no rank is left waiting in the next call.
             raise UsageError(problem or "%d rank(s) passed an invalid sample count "
@@ -280,6 +291,10 @@ class CollectiveWorker(Algorithm):
         self.update(n_k, n, active)
         if self.stat_exchange is not None:
             self._average_stats(n_k, n, active)
+        if rec is not None:
+            end = trace.now()
+            rec.part(trace.EXCHANGE, counted, end)
+            rec.sync(start, end, self.syncs, collective=True)
         self.syncs += 1
         return True
 

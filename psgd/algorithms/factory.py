@@ -2,6 +2,7 @@
 agrees on them (one error raised everywhere, layouts compared), and returns
 the object for this rank's role."""
 import numbers
+import os
 
 import numpy as np
 
@@ -9,7 +10,7 @@ from .. import agreement, mpi, nccl, pieces, pipeline
 from ..backend import array_module, off_device
 from ..buffers import FlatBuffer
 from ..errors import UsageError
-from . import lifecycle
+from . import lifecycle, tracing
 from .base import REGISTRY
 
 
@@ -40,7 +41,7 @@ def message_settings(server_based):
 
 
 def create(name, params, comm=None, grads=None, stats=None, servers=None, exchange=None,
-           **options):
+           timeline=None, **options):
     """The object for this rank's role in algorithm `name` (see docs/algorithms.md).
     Collective over `comm`: any error on any rank is raised on every rank.
     `stats`: optional non-trained arrays (BatchNorm running statistics); like
@@ -50,7 +51,9 @@ def create(name, params, comm=None, grads=None, stats=None, servers=None, exchan
     `servers` (server algorithms; default 1): ranks 0..servers-1 serve, each
     one contiguous shard of the flat buffer; the other ranks work.
     `exchange`: auto | mpi | nccl, what carries the collective algorithms'
-    sums (default: --exchange / PSGD_EXCHANGE, else auto; psgd/nccl.py)."""
+    sums (default: --exchange / PSGD_EXCHANGE, else auto; psgd/nccl.py).
+    `timeline`: a file name; every rank's syncs are recorded from here on
+    and rank 0 writes them there at close() (Chrome's trace event format)."""
     comm = mpi.communicator(comm)
     error, cls, resolved, buffer, grad_buffer = None, None, None, None, None
     stat_buffer = None
@@ -78,6 +81,14 @@ def create(name, params, comm=None, grads=None, stats=None, servers=None, exchan
             grad_buffer = _as_buffer(grads, "grads", cls.grad_tail)
             if grad_buffer.shapes != buffer.shapes or grad_buffer.dtype != buffer.dtype:
                 raise UsageError("grads must have the shapes and dtype of params")
+        if timeline is not None:
+            if not isinstance(timeline, (str, os.PathLike)):
+                raise UsageError("timeline= must be a file name, got %s" % type(
+                    timeline).__name__)
+            timeline = os.fspath(timeline)
+            problem = tracing.problem(timeline, comm.Get_rank() == 0)
+            if problem:
+                raise UsageError(problem)
         stats = None if stats is None else _arrays(stats, "stats")
         if stats:
             if cls.server_based:
@@ -99,6 +110,8 @@ def create(name, params, comm=None, grads=None, stats=None, servers=None, exchan
     if obj.stat_exchange is not None:
         obj.stat_exchange.bcast(mpi.MAIN_RANK)
     obj.initialized()
+    if timeline is not None:
+        obj.tracing = tracing.Tracing(comm, timeline, servers if cls.server_based else 0)
     lifecycle.track(obj)
     return obj
 

@@ -46,7 +46,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .. import mpi, pieces
+from .. import mpi, pieces, trace
 from ..buffers import host_copy, shard_bounds
 from ..errors import ProtocolError, UsageError
 from .base import Algorithm, Option
@@ -205,10 +205,16 @@ class Server(GivingUp, Algorithm):
                     self._poll(block=False)
                 else:
                     start = time.perf_counter()
+                    idle = trace.now() if trace.recorder is not None else None
                     self._poll(block=True)
                     stats.idle_s += time.perf_counter() - start
+                    if idle is not None:
+                        trace.recorder.part(trace.IDLE, idle, trace.now())
                 entry = self._queue.popleft()
             start = time.perf_counter()
+            rec = trace.recorder
+            if rec is not None:
+                began = trace.now()
             try:
                 self._dispatch(*entry)
             except (ProtocolError, KeyboardInterrupt):
@@ -217,6 +223,9 @@ class Server(GivingUp, Algorithm):
                 self._give_up(NOTICE_SERVER_ERROR, self.node.rank, 0, None)
                 raise
             stats.busy_s += time.perf_counter() - start
+            if rec is not None and entry[1] != mpi.MSG_FINISHED:
+                rec.add(trace.SERVE, began, trace.now(), {
+                    "worker": entry[0], "sync": self.syncs - 1, "staleness": self.staleness})
 
     def one_order(self):
         """Whether every shard must serve in one order (subclasses say)."""

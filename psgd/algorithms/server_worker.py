@@ -7,7 +7,7 @@ model is traded with its own server, all shards at once."""
 import numpy as np
 from mpi4py import MPI
 
-from .. import mpi, pieces
+from .. import mpi, pieces, trace
 from ..buffers import shard_bounds
 from ..errors import ProtocolError, UsageError
 from .base import Algorithm, _check_count
@@ -53,8 +53,13 @@ class ServerWorker(Algorithm):
         n_k = self._count(n_k, "synchronize")
         self._check_running()
         self.in_round = True
+        rec = trace.recorder
+        if rec is not None:
+            start = trace.now()
         self._send_control(mpi.MSG_SYNC, n_k)
         self.exchange_with_server()
+        if rec is not None:
+            rec.sync(start, trace.now(), self.syncs, collective=False)
         self.syncs += 1
         self.samples += n_k
         return True
@@ -127,6 +132,9 @@ class ServerWorker(Algorithm):
         the servers take."""
         pending = [r for _, request in list(receives) + list(sends) for r in request.requests]
         failed = set()
+        rec = trace.recorder
+        if rec is not None:
+            start = trace.now()
 
         def outcome():      # None while the exchange is not done and no new notice came
             if MPI.Request.Testall(pending):
@@ -148,6 +156,8 @@ class ServerWorker(Algorithm):
         for s, request in receives:
             if s not in failed:
                 request.wait()                 # the stage-in
+        if rec is not None:
+            rec.part(trace.WITH_SERVER, start, trace.now())
         if failed:
             self._fail()
 

@@ -165,6 +165,10 @@ def build_parser(prog="psgd-train"):
                        IDLE_DEFAULTS["binary"]).lower())
     g.add_argument("--metrics", default=None, metavar="M.jsonl")
     g.add_argument("--plot", default=None, metavar="CURVES.png")
+    g.add_argument("--timeline", default=None, metavar="TRACE.json",
+                   help="a trace of every rank (Chrome trace format: Perfetto, "
+                        "chrome://tracing; python -m psgd.timeline draws it), written at "
+                        "each checkpoint and at the end")
     g.add_argument("--checkpoint-dir", default=None)
     g.add_argument("--checkpoint-every", type=int, default=None, metavar="EPOCHS",
                    help="with --checkpoint-dir (default %d)" % IDLE_DEFAULTS["checkpoint_every"])

@@ -48,6 +48,8 @@ def of_args(args, data=None):
         plan.append(Output("--metrics", args.metrics))
     if args.plot:
         plan.append(Output("--plot", args.plot, formats=PLOT_FORMATS))
+    if args.timeline:
+        plan.append(Output("--timeline", args.timeline, formats=("json",)))
     if args.checkpoint_dir:
         plan.append(Output("--checkpoint-dir", args.checkpoint_dir, folder=True,
                            all_ranks=True))

@@ -1,4 +1,4 @@
-"""Output files (--out, --plot, --metrics, --checkpoint-dir): checked at
+"""Output files (--out, --plot, --metrics, --timeline, --checkpoint-dir): checked at
 start-up, before any epoch is trained (output_plan), and written atomically
 (psgd.atomic).
 A writer killed mid-write leaves its temporary file behind: the next start

@@ -1,6 +1,10 @@
 """What the stall watchdog says: from each rank's last status and when it
 came, the ranks that hold the job up and what they were doing, by host when
 the job spans hosts (a host whose every rank is silent is named as such)."""
+import numpy as np
+
+from .straggler import rendezvous
+
 COMPUTING, SYNCING, DONE, SERVING, EPOCH_END = 0, 1, 2, 3, 4
 WAITING = (SYNCING, SERVING, EPOCH_END)
 
@@ -83,10 +87,22 @@ def stall_report(table, seen_at, now, timeout, hosts=None, beat=0.0):
             max(elapsed[w] for w in stuck)) for r in late]
     else:
         what = [describe(names, r, table[r], elapsed[r]) for r in late]
-    line = "psgd: stall: not arrived after %gs: %s; waiting: %s" % (
+    line = "psgd: stall: not arrived after %gs: %s; waiting: %s%s" % (
         timeout, ", ".join(what),
-        ", ".join(describe(names, r, table[r], elapsed[r]) for r in waiting))
+        ", ".join(describe(names, r, table[r], elapsed[r]) for r in waiting),
+        _held(names, late, [r for r in waiting if phase[r] != SERVING], elapsed))
     return line, tuple((r, int(table[r, 0]), int(table[r, 1]), int(table[r, 2])) for r in late)
+
+
+def _held(names, late, waiting, elapsed):
+    """How long the waiting ranks have waited for the late ones so far, as
+    the end-of-run straggler line counts it (straggler.rendezvous)."""
+    arrivals = np.full(len(elapsed), np.nan)
+    arrivals[waiting] = -elapsed[waiting]
+    arrivals[late] = np.inf
+    held, _ = rendezvous(arrivals, now=0.0)
+    return "; the others have waited %s" % ", ".join(
+        "%.1fs for %s" % (held[r], names.rank(r)) for r in late)
 
 
 def _silent(names, table, age, elapsed, silent, timeout):

@@ -8,7 +8,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .. import agreement, cuda_aware, mpi, nccl
+from .. import agreement, cuda_aware, mpi, nccl, trace
 from ..backend import get_backend
 from ..errors import UsageError
 from ..nnet import create_optimizer, momentum_option
@@ -22,6 +22,9 @@ from .metrics import Progress, kaldi_epoch_lines, kaldi_log
 from .large_batch import warmup_factor
 from .defaults import default_lr, local_momentum, lr_rule_name, lr_scale, warmup_epochs
 from .schedule import Schedule
+from . import straggler
+from .stall_report import Names
+from .timeline import Timeline, read_events
 
 
 class Trainer(mpi.Closeable):
@@ -55,6 +58,9 @@ class Trainer(mpi.Closeable):
         watchdog = getattr(self, "watchdog", None)
         if watchdog is not None:
             watchdog.close()
+        timeline = getattr(self, "timeline", None)
+        if timeline is not None:
+            timeline.close()
         lock = getattr(self, "outputs_lock", None)
         if lock is not None:
             lock.release()      # a later run in this process may use the directory
@@ -128,10 +134,23 @@ class Trainer(mpi.Closeable):
             self.checkpointer.refuse_to_overwrite()
         self.metrics = outputs.open_metrics(self.comm, args.metrics if self.main else None,
                                             self.start_epoch)
+        self._start_timeline()
         if self.say:
             self._announce()
             if self.backend.is_gpu:
                 kaldi_log(nccl.describe() or cuda_aware.describe(), "setup")
+
+    def _start_timeline(self):
+        """Collective: the recorder (and, after --resume, the trace so far)."""
+        path, error, keep = self.args.timeline, None, ()
+        if path and self.main and self.args.resume:
+            try:
+                keep = read_events(path)
+            except UsageError as exc:
+                error = exc
+        agreement.agree(self.comm, error)
+        self.timeline = Timeline(self.comm, path, self.hosts,
+                                 getattr(self.parallel, "servers", 0), keep)
 
     def _build(self):
         """The whole model (identical on every rank for one seed), the local
@@ -190,12 +209,14 @@ class Trainer(mpi.Closeable):
             self.optimizer.lr = self.schedule.lr * warmup_factor(epoch, self.lr_scale,
                                                                  warmup_epochs(self.args))
             train = self.train_epoch(epoch, progress)
+            self.timeline.arrive()
             self.watchdog.epoch_end(epoch)
             row = self.end_epoch(epoch, train, time.time() - start)
             if self.checkpointer and ((epoch + 1) % self.args.checkpoint_every == 0
                                       or epoch + 1 == self.args.epochs):
                 self.save_checkpoint(epoch, time.time() - start)
             self.watchdog.leave()
+            self.timeline.next_epoch()
             if self.schedule.done:
                 break
         progress.close()
@@ -212,8 +233,12 @@ class Trainer(mpi.Closeable):
     def end_epoch(self, epoch, train, wall):
         sums = np.array([train[0], train[1]], dtype=np.float64)
         self.comm.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
+        self.timeline.met(epoch)
         self.samples += int(sums[1])
+        evaluating = trace.now()
         test_loss, test_acc = self.evaluate()
+        self.timeline.span(trace.EVALUATE, evaluating)
+        found = self.timeline.fold()
         accepted = self.schedule.end_epoch(test_loss)
         self._keep_best(accepted)
         train_loss = sums[0] / sums[1] if sums[1] else float("nan")
@@ -222,6 +247,9 @@ class Trainer(mpi.Closeable):
                "lr": self.optimizer.lr, "syncs": self.parallel.syncs()}
         if self.is_server:
             row.update(self.parallel.server_totals.epoch_row())
+        if found is not None:
+            row.update(straggler_rank=found[0], straggler_wait_s=found[1],
+                       straggler_share=found[2])
         if self.main:
             self.metrics.write(row)
             if self.say:
@@ -269,6 +297,11 @@ class Trainer(mpi.Closeable):
         summary = self.parallel.summary()
         if summary and self.say:
             kaldi_log(summary, "finish")
+        self.timeline.fold()
+        if self.say:
+            kaldi_log(straggler.line(Names(self.hosts),
+                                     self.timeline.run_straggler()), "finish")
+        self.timeline.write()
         if self.args.plot and self.main and self.metrics.rows:
             from .plot import plot_curves
             plot_curves(self.metrics.rows, self.args.plot, "psgd %s, %d ranks" % (
@@ -281,7 +314,10 @@ class Trainer(mpi.Closeable):
             arrays["best"] = self.backend.to_host(self.best)
         header = dict(self.header(), samples=self.samples, wall=wall,
                       schedule=self.schedule.state(), **extra)
+        saving = trace.now()
         self.checkpointer.save(epoch, arrays, header)
+        self.timeline.span(trace.CHECKPOINT, saving, {"epoch": epoch + 1})
+        self.timeline.write()      # a job killed later leaves the trace up to here
 
     def _load_checkpoint(self, check=None):
         """Collective: (arrays, header) of this rank's checkpoint to resume

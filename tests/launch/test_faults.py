@@ -6,7 +6,6 @@ in psgd knows about these tests."""
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -24,13 +23,6 @@ pytestmark = pytest.mark.skipif(not os.path.exists(MPIRUN), reason="no mpirun be
 QUICK = ["--model", "mlp", "--hidden", "32", "--num-samples", "1000", "--quiet"]
 ALGORITHMS = ["bsp", "bmuf", "sod", "syncgrad", "easgd", "asgd", "masgd"]
 SERVER_BASED = {"easgd", "asgd", "masgd"}
-
-
-@pytest.fixture(scope="module")
-def driver(tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("driver") / "fault_driver.py")
-    shutil.copy(os.path.join(ROOT, "tests", "fault_driver.py"), path)
-    return path
 
 
 def faulty(driver, np_, fault, *flags, timeout=90, env=None):

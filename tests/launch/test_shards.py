@@ -5,14 +5,13 @@ with S = 2 (a worker's exception, a server's, an unknown control message:
 one line, no hang), and the CLI with --servers 2."""
 import json
 import os
-import shutil
 import textwrap
 import time
 
 import numpy as np
 import pytest
 
-from launch_util import MPIRUN, ROOT, assert_clean_failure, mpirun, psgd_train, python_job
+from launch_util import MPIRUN, assert_clean_failure, mpirun, psgd_train, python_job
 
 pytestmark = pytest.mark.skipif(not os.path.exists(MPIRUN), reason="no mpirun beside python")
 
@@ -90,13 +89,6 @@ elif obj.role == "worker":
     assert any(line.startswith("psgd: rank 1: rank 1, one of the asgd servers, exits without "
                                "ever calling run() while its workers wait for it: ending the job")
                for line in lines), lines
-
-
-@pytest.fixture(scope="module")
-def driver(tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("driver") / "fault_driver.py")
-    shutil.copy(os.path.join(ROOT, "tests", "fault_driver.py"), path)
-    return path
 
 
 @pytest.mark.timeout(60)

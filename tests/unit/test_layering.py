@@ -15,12 +15,12 @@ FLOORS = {"psgd.errors": 0, "psgd._threads": 0, "psgd._cuda_first": 0,
           "psgd.backend": 1, "psgd.buffers": 1, "psgd.mpi": 1, "psgd.mpi_async": 1,
           "psgd.kernels": 1,
           "psgd.cuda_aware": 1, "psgd.atomic": 1, "psgd.agreement": 1, "psgd.pieces": 1,
-          "psgd.pipeline": 1, "psgd.nccl": 1,
+          "psgd.pipeline": 1, "psgd.nccl": 1, "psgd.trace": 1,
           "psgd": 2, "psgd.algorithms": 2,      # the package's facade re-exports create()
           "psgd.nnet": 3, "psgd.data": 3, "psgd.kaldi": 3, "psgd.torch": 3,
           "psgd.torch_buckets": 3, "psgd.torch_optimizer": 3,
           "psgd.train": 4,
-          "psgd.worker": 5,
+          "psgd.worker": 5, "psgd.timeline": 5,
           # the Kaldi tools' command-line entry points load .npz models through
           # psgd.train, as the worker CLI does: they are floor 5
           "psgd.kaldi.__main__": 5, "psgd.kaldi.forward": 5}
