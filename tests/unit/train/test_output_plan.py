@@ -9,7 +9,7 @@ from psgd.train import output_plan
 
 
 def args(**given):
-    flags = dict(out=None, metrics=None, plot=None, checkpoint_dir=None)
+    flags = dict(out=None, metrics=None, plot=None, timeline=None, checkpoint_dir=None)
     flags.update(given)
     return SimpleNamespace(**flags)
 
