@@ -14,7 +14,7 @@ fold() and unfold() work on any range of the buffer.
 import numpy as np
 from mpi4py import MPI
 
-from .. import agreement, mpi
+from .. import agreement, mpi, trace
 from ..buffers import FlatBuffer, host_copy
 from ..errors import CollectiveUsageError, UsageError
 from .base import CollectiveWorker, _check_count, register
@@ -44,8 +44,15 @@ class SyncGrad(CollectiveWorker):
     def synchronize(self, b_k):
         """One reduction of the weighted gradients and their count. False
         (and the grads all zero) once every rank passed b_k = 0."""
+        rec = trace.recorder
+        start = trace.now() if rec is not None else None
         self.reducer.reduce(b_k)
-        return self.close_sync()
+        going = self.close_sync()
+        if rec is not None and going:     # the timeline and the straggler line see it
+            end = trace.now()
+            rec.part(trace.EXCHANGE, start, end)
+            rec.sync(start, end, self.syncs - 1, collective=True)
+        return going
 
     def reduce(self, b_k):
         """A reducer's interface: open_sync(b_k), then the sum of the whole

@@ -42,6 +42,21 @@ def test_every_collective_sync_is_a_span_keyed_by_its_number(comm, recorder, det
     assert parts == ({"count", "exchange + update", trace.COMPUTE} if detail else set())
 
 
+def test_every_syncgrad_sync_is_a_span_keyed_by_its_number(comm, recorder):
+    """syncgrad's sync is its own (the count rides in the sum): it is
+    recorded all the same, or the straggler line never sees it."""
+    rec = recorder(True)
+    obj = psgd.create("syncgrad", params(), comm=comm, grads=params())
+    for _ in range(3):
+        obj.synchronize(5)
+    obj.stop(0, step=lambda: None)
+    obj.close()
+    spans = rec.take()
+    assert [a for n, _, _, a in spans if n == trace.SYNC] == [
+        {"sync": k, "collective": True} for k in range(3)]
+    assert {n for n, *_ in spans} - {trace.SYNC} == {"exchange + update", trace.COMPUTE}
+
+
 def test_the_server_records_whom_it_served_and_how_stale(comm, recorder):
     rec = recorder(True)
     obj = psgd.create("easgd", params(), comm=comm)
