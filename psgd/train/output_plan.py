@@ -192,7 +192,10 @@ def _writable_folder(folder, output):
     try:   # the one honest test (root ignores permission bits, mounts may be read-only)
         fd, probe = tempfile.mkstemp(prefix="%s%s-" % (TMP, writer_name()), dir=existing)
         os.close(fd)
-        os.unlink(probe)
+        try:
+            os.unlink(probe)
+        except FileNotFoundError:
+            pass    # rank 0's sweep of the checkpoint folder took it: it was written
     except OSError as exc:
         return "%s: cannot write in %s (%s)" % (output, existing, exc.strerror or exc)
     return None
