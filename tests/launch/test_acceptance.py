@@ -48,7 +48,12 @@ def one_worker(tmp_path_factory):
 # failed CI at 86.2%), masgd 91.5-93.4% in six runs on a quiet machine and
 # six beside two busy loops (4.6 at most). BENCHMARKS.md has the gaps over
 # seeds and why masgd's stays open.
-MAX_GAP = {"bsp": 0.02, "sod": 0.02, "syncgrad": 0.02, "bmuf": 0.02, "easgd": 0.03,
+# syncgrad's one run moves by a point with the rounding of its sum: when its
+# count began to ride in the sum (the same math, other rounding) the first four
+# epochs stayed identical to the digit and the 30th went from 94.7% to 93.6%,
+# its last five epochs swinging 93.6-95.4%; it gets the 3 points that timing
+# gives the server algorithms.
+MAX_GAP = {"bsp": 0.02, "sod": 0.02, "syncgrad": 0.03, "bmuf": 0.02, "easgd": 0.03,
            "asgd": 0.03, "masgd": 0.05}
 # The server algorithms' results depend on timing: each is the median of
 # three runs, so it takes two unlucky runs of three to fail the suite (single runs came
