@@ -9,7 +9,8 @@ import pytest
 from kaldi_corpus import write_corpus
 from launch_util import assert_clean_failure, error_lines, psgd_train
 
-pytestmark = pytest.mark.timeout(120)
+# checks of flags, files and data, whatever the MPI library: under one MPI (one_mpi)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.one_mpi]
 
 
 @pytest.fixture(scope="module")

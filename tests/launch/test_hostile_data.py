@@ -8,7 +8,9 @@ import pytest
 from kaldi_corpus import write_corpus
 from launch_util import MPIRUN, assert_clean_failure, psgd_train
 
-pytestmark = pytest.mark.skipif(not os.path.exists(MPIRUN), reason="no mpirun beside python")
+# checks of flags, files and data, whatever the MPI library: under one MPI (one_mpi)
+pytestmark = [pytest.mark.skipif(not os.path.exists(MPIRUN), reason="no mpirun beside python"),
+              pytest.mark.one_mpi]
 kaldiio = pytest.importorskip("kaldiio")
 
 QUICK = ["--model", "mlp", "--hidden", "16", "--quiet", "--epochs", "2"]

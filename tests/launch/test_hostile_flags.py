@@ -9,7 +9,9 @@ import pytest
 
 from launch_util import MPIRUN, assert_clean_failure, psgd_train
 
-pytestmark = pytest.mark.skipif(not os.path.exists(MPIRUN), reason="no mpirun beside python")
+# checks of flags, files and data, whatever the MPI library: under one MPI (one_mpi)
+pytestmark = [pytest.mark.skipif(not os.path.exists(MPIRUN), reason="no mpirun beside python"),
+              pytest.mark.one_mpi]
 
 QUICK = ["--model", "mlp", "--hidden", "16", "--num-samples", "600", "--quiet"]
 

@@ -10,7 +10,8 @@ import pytest
 from kaldi_corpus import write_corpus
 from launch_util import MPIRUN, ROOT, assert_clean_failure, mpirun, psgd_train
 
-pytestmark = [pytest.mark.timeout(120),
+# checks of flags, files and data, whatever the MPI library: under one MPI (one_mpi)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.one_mpi,
               pytest.mark.skipif(not os.path.exists(MPIRUN), reason="no mpirun beside python")]
 
 DISK_FULL = os.path.join(ROOT, "tests", "disk_full_driver.py")

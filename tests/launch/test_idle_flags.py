@@ -10,8 +10,9 @@ import pytest
 from kaldi_corpus import write_corpus
 from launch_util import MPIRUN, assert_clean_failure, error_lines, psgd_train
 
+# checks of flags, files and data, whatever the MPI library: under one MPI (one_mpi)
 pytestmark = [pytest.mark.skipif(not os.path.exists(MPIRUN), reason="no mpirun beside python"),
-              pytest.mark.timeout(120)]
+              pytest.mark.timeout(120), pytest.mark.one_mpi]
 
 QUICK = ["--model", "mlp", "--hidden", "16", "--num-samples", "600"]
 
