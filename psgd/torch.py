@@ -95,9 +95,9 @@ class _Plan:
         if not isinstance(model, torch.nn.Module):
             raise UsageError("psgd.torch.create needs a torch.nn.Module, got %s"
                              % type(model).__name__)
-        cls = algorithms.REGISTRY.get(name)
-        self.needs_grads = bool(getattr(cls, "needs_grads", False))
-        self.grad_tail = getattr(cls, "grad_tail", 0)
+        cls = algorithms.REGISTRY.get(name, algorithms.Algorithm)   # unknown: create() says so
+        self.needs_grads = cls.needs_grads
+        self.grad_tail = cls.grad_tail
         self.bucket_bytes = bucket_bytes(bucket_mb, self.needs_grads)
         self.params = _unique(model.named_parameters())
         if not self.params:
@@ -286,7 +286,7 @@ class TorchSync(mpi.Closeable):
         if self._device.type == "cuda":     # psgd's work, on CuPy's stream of the model's GPU
             import cupy
             cupy.cuda.get_current_stream().synchronize()
-        if optimizer is not None and getattr(self.algorithm, "reset_local_state", False):
+        if optimizer is not None and self.algorithm.clears_local_state:
             optimizer.state.clear()
 
     def _check_binding(self):

@@ -24,8 +24,10 @@ from .base import Option, positive, register
 from .server import SERVER_OPTIONS, Server
 from .server_worker import ServerWorker
 
-OPTIONS = {"alpha": Option(1.0, positive),
-           "barrier_period": Option(0, kind=int),
+OPTIONS = {"alpha": Option(1.0, positive, help="the center's gain on a delta (default 1)"),
+           "barrier_period": Option(0, kind=int,
+                                    help="bounded staleness K: a barrier every K syncs "
+                                         "(default 0: none)"),
            **staleness.OPTIONS,
            **SERVER_OPTIONS}
 

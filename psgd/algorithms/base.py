@@ -22,11 +22,16 @@ def register(cls):
 
 
 class Option:
-    """One algorithm option: its default (a value, or a function of N) and a
-    check that returns an error text or None."""
+    """One algorithm option, declared once: its default (a value, or a
+    function of N), its kind (float, int, bool, or a tuple of choices), a
+    check that returns an error text or None, and its help. The command line
+    derives its flag from this (psgd/train/algorithm_flags.py): `--name`, or
+    `--flag` where the name alone would be ambiguous; flag=False keeps it
+    to the Python API."""
 
-    def __init__(self, default, check=None, kind=float):
+    def __init__(self, default, check=None, kind=float, help=None, flag=None):
         self.default, self.check, self.kind = default, check, kind
+        self.help, self.flag = help, flag
 
     def resolve(self, name, value, N):
         if value is None:
@@ -65,7 +70,9 @@ class Algorithm(mpi.Closeable):
     tracing = None          # psgd.create(timeline=...): written at close()
     role = "worker"
     server_based = False
+    needs_grads = False     # synchronize sums gradients (grads=), not models
     grad_tail = 0       # elements a gradient buffer holds behind the gradients
+    clears_local_state = False  # the trainer clears its local optimizer after each sync
     OPTIONS = {}
 
     @classmethod
@@ -313,11 +320,7 @@ class CollectiveWorker(Algorithm):
         s *= s.dtype.type(self._weight(n_k, n, active, self.uniform_weights))
         self.stat_exchange.allreduce()
 
-    @property
-    def uniform_weights(self):
-        """Whether the workers' models are averaged uniformly (bsp's
-        weighting=uniform) rather than by their sample counts."""
-        return getattr(self, "weighting", "samples") == "uniform"
+    uniform_weights = False     # the mean over active workers, not by sample counts
 
     @staticmethod
     def _weight(n_k, n, active, uniform):

@@ -28,15 +28,23 @@ def _momentum_range(eta):
 class Bmuf(CollectiveWorker):
     name = "bmuf"
     OPTIONS = {
-        "block_momentum": Option(lambda N: 1.0 - 1.0 / N, _momentum_range),
-        "block_lr": Option(1.0, positive),
-        "nesterov": Option(True, kind=bool),
-        "reset_local_state": Option(True, kind=bool),
+        "block_momentum": Option(lambda N: 1.0 - 1.0 / N, _momentum_range,
+                                 help="eta (default 1-1/N; the trainer's: min(1-1/N, 0.5))"),
+        "block_lr": Option(1.0, positive, help="zeta (default 1)"),
+        "nesterov": Option(True, kind=bool,
+                           help="hand the workers the look-ahead w_g + eta*D (default on)"),
+        "reset_local_state": Option(True, kind=bool,
+                                    help="clear the local optimizer state after each sync "
+                                         "(default on; the trainer's: off)"),
     }
     block_momentum: float   # eta
     block_lr: float         # zeta
     nesterov: bool
     reset_local_state: bool
+
+    @property
+    def clears_local_state(self):
+        return self.reset_local_state
 
     def initialized(self):
         self.global_model = self.buffer.like()           # w_g

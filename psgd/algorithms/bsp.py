@@ -9,8 +9,14 @@ from .base import CollectiveWorker, Option, register
 @register
 class Bsp(CollectiveWorker):
     name = "bsp"
-    OPTIONS = {"weighting": Option("samples", kind=("samples", "uniform"))}
+    OPTIONS = {"weighting": Option("samples", kind=("samples", "uniform"),
+                                   help="the average's weights: each worker's sample count "
+                                        "(default), or uniform over the workers that trained")}
     weighting: str
+
+    @property
+    def uniform_weights(self):
+        return self.weighting == "uniform"
 
     def update(self, n_k, n, active):
         self.average(n_k, n, active, uniform=self.uniform_weights)

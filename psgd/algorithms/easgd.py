@@ -21,7 +21,9 @@ def _elastic_range(alpha):
     return None if 0.0 < alpha <= 1.0 else "must satisfy 0 < alpha <= 1"
 
 
-OPTIONS = {"alpha": Option(lambda N: 0.9 / max(N, 1), _elastic_range), **SERVER_OPTIONS}
+OPTIONS = {"alpha": Option(lambda N: 0.9 / max(N, 1), _elastic_range,
+                    help="moving rate (default 0.9/N; the trainer's: max(0.9/N, 0.3))"),
+           **SERVER_OPTIONS}
 
 
 class EasgdServer(Server):

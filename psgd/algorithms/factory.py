@@ -72,7 +72,7 @@ def create(name, params, comm=None, grads=None, stats=None, servers=None, exchan
                              "mpirun -np 2 or more (got %d process)" % (name, comm.Get_size()))
         resolved = cls.resolve_options(options, comm.Get_size(), servers)
         buffer = _as_buffer(params, "params")
-        needs_grads = getattr(cls, "needs_grads", False)
+        needs_grads = cls.needs_grads
         if needs_grads and grads is None:
             raise UsageError("%s averages gradients: pass grads= (arrays shaped like params)" % name)
         if grads is not None:

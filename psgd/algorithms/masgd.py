@@ -23,9 +23,12 @@ def _momentum_range(m):
 
 
 OPTIONS = {**ASGD_OPTIONS,
-           "alpha": Option(None, positive),     # not given: 1 - momentum (resolve_options)
-           "momentum": Option(0.9, _momentum_range),
-           "scope": Option("worker", kind=("worker", "global"))}
+           # not given: 1 - momentum (resolve_options)
+           "alpha": Option(None, positive, help="the center's gain (default 1; masgd: 1 - m)"),
+           "momentum": Option(0.9, _momentum_range, flag="masgd_momentum",
+                              help="server momentum m (default 0.9)"),
+           "scope": Option("worker", kind=("worker", "global"), flag="masgd_scope",
+                           help="one velocity per worker (default) or one global")}
 
 
 class MasgdServer(AsgdServer):

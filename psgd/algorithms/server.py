@@ -74,7 +74,7 @@ def _sleep_range(v):
 # poll_max_sleep: the longest sleep of the server's idle wait and of a worker's wait for
 # its answer (waiting.py), so the most a message coming off schedule waits to be
 # noticed; 0 never sleeps (a core per rank).
-SERVER_OPTIONS = {"poll_max_sleep": Option(1e-3, _sleep_range)}
+SERVER_OPTIONS = {"poll_max_sleep": Option(1e-3, _sleep_range, flag=False)}
 
 
 

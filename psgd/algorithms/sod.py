@@ -23,12 +23,18 @@ def _unit_interval(v):
 class Sod(CollectiveWorker):
     name = "sod"
     OPTIONS = {
-        "outer": Option("nesterov", kind=OUTER_STEPS),
-        "outer_lr": Option(0.7, positive),
-        "outer_momentum": Option(0.9, _unit_interval),
-        "beta1": Option(0.9, _unit_interval),
-        "beta2": Option(0.999, _unit_interval),
-        "eps": Option(1e-8, positive),
+        "outer": Option("nesterov", kind=OUTER_STEPS, help="the outer step (default nesterov)"),
+        "outer_lr": Option(0.7, positive,
+                           help="outer learning rate (default 0.7; the trainer's with the "
+                                "nesterov outer step: 0.7 * min(1, N/4))"),
+        "outer_momentum": Option(0.9, _unit_interval,
+                                 help="outer momentum of momentum and nesterov (default 0.9)"),
+        "beta1": Option(0.9, _unit_interval, flag="outer_beta1",
+                        help="adam outer step's beta1 (default 0.9)"),
+        "beta2": Option(0.999, _unit_interval, flag="outer_beta2",
+                        help="adam outer step's beta2 (default 0.999)"),
+        "eps": Option(1e-8, positive, flag="outer_eps",
+                      help="adam outer step's epsilon (default 1e-8)"),
     }
     outer: str
     outer_lr: float

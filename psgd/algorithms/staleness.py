@@ -28,8 +28,11 @@ def _non_negative(v):
     return None if v >= 0 else "must be >= 0"
 
 
-OPTIONS = {"staleness_compensation": Option("none", kind=COMPENSATIONS),
-           "dc_lambda": Option(1.0, _non_negative)}
+OPTIONS = {"staleness_compensation": Option(
+               "none", kind=COMPENSATIONS,
+               help="correct a stale delta (scale: divide by its staleness; dc: DC-ASGD "
+                    "delay compensation; default none, the trainer's: by N)"),
+           "dc_lambda": Option(1.0, _non_negative, help="dc: curvature scale lambda (default 1)")}
 
 
 def staleness_gain(compensation, tau):

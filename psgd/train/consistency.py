@@ -7,6 +7,7 @@ import numpy as np
 
 from ..errors import UsageError
 from ..nnet.optimizers import momentum_option
+from .algorithm_flags import ALGORITHM_FLAGS
 
 MODEL_FLAGS = ("hidden", "channels", "lstm_cells", "dropout", "batchnorm")
 # What the checkpoint's state was made of: resuming under another value
@@ -15,12 +16,11 @@ FIXED_ON_RESUME = ("algo", "model", "hidden", "channels", "lstm_cells", "batchno
                    "num_samples", "feats", "targets", "cv_feats", "cv_targets", "splice",
                    "num_classes", "cmvn", "optimizer", "model_parallel", "sync_bn", "bptt",
                    "lr_schedule", "servers")
-# Read from the flags every epoch: a new value simply holds from the resumed epoch on.
+# Read from the flags every epoch, and the algorithm's options (its state
+# is checked against them as it loads): a new value simply holds from the
+# resumed epoch on, and the log says so.
 FOLLOWED_ON_RESUME = ("epochs", "minibatch_size", "sync_period", "seed", "lr_decay",
-                      "newbob_start", "newbob_end", "newbob_factor", "alpha", "weighting",
-                      "block_momentum", "block_lr", "nesterov", "reset_local_state", "outer",
-                      "outer_lr", "outer_momentum", "barrier_period", "masgd_momentum",
-                      "masgd_scope")
+                      "newbob_start", "newbob_end", "newbob_factor") + tuple(ALGORITHM_FLAGS)
 # Restored from the checkpoint's optimizer state unless given anew: the new
 # value is written into the state before it is loaded.
 OPTIMIZER_OPTIONS = ("lr", "momentum", "weight_decay", "clip")

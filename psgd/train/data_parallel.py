@@ -32,7 +32,7 @@ class DataParallel:
         self.num_workers = self.algorithm.workers(self.size, max(self.servers, 1))
         first_worker = self.size - self.num_workers   # the servers, when there are any, come first
         self.worker_index = None if self.is_server else self.rank - first_worker
-        self.gradients_averaged = getattr(self.algorithm, "needs_grads", False)
+        self.gradients_averaged = self.algorithm.needs_grads
         self.server_totals = ServerTotals()
         self.sync = self.guard = None
 
@@ -147,7 +147,7 @@ class DataParallel:
         return more
 
     def _after_sync(self):
-        if getattr(self.sync, "reset_local_state", False):
+        if self.sync.clears_local_state:
             self.optimizer.reset()
         self.guard.saved()
 

@@ -7,19 +7,11 @@ import sys
 from ..algorithms import ALGORITHMS, REGISTRY
 from ..errors import UsageError
 from ..kaldi.cli import boolean as kaldi_boolean
+from . import algorithm_flags
+from .algorithm_flags import ALGORITHM_FLAGS
 from .defaults import WARMUP_EPOCHS, trainer_defaults
 from .model_files import writes_nnet1
 
-# flag dest -> the algorithm option it sets (passed only when given)
-ALGORITHM_FLAGS = {
-    "alpha": "alpha", "weighting": "weighting",
-    "block_momentum": "block_momentum", "block_lr": "block_lr", "nesterov": "nesterov",
-    "reset_local_state": "reset_local_state",
-    "outer": "outer", "outer_lr": "outer_lr", "outer_momentum": "outer_momentum",
-    "barrier_period": "barrier_period",
-    "masgd_momentum": "momentum", "masgd_scope": "scope",
-    "staleness_compensation": "staleness_compensation", "dc_lambda": "dc_lambda",
-}
 MODELS = ("cnn", "mlp", "lstm")
 SCHEDULES = ("constant", "exponential", "newbob")
 
@@ -62,32 +54,10 @@ def build_parser(prog="psgd-train"):
     g.add_argument("--sync-period", type=int, default=None, metavar="SAMPLES",
                    help="samples (frames) a worker trains between syncs "
                         "(default 4 minibatches; syncgrad syncs every minibatch)")
-    g.add_argument("--alpha", type=finite_float, help="easgd/asgd/masgd moving rate")
-    g.add_argument("--weighting", choices=("samples", "uniform"), help="bsp weighting")
-    g.add_argument("--block-momentum", type=finite_float, help="bmuf eta (default 1-1/N)")
-    g.add_argument("--block-lr", type=finite_float, help="bmuf zeta (default 1)")
-    g.add_argument("--no-nesterov", dest="nesterov", action="store_const", const=False,
-                   help="bmuf: classic block momentum")
-    g.add_argument("--no-reset-local-state", dest="reset_local_state", action="store_const",
-                   const=False, help="bmuf: keep the local optimizer state across syncs "
-                   "(the trainer's default)")
-    g.add_argument("--reset-local-state", dest="reset_local_state", action="store_const",
-                   const=True, help="bmuf: clear the local optimizer state after each sync")
-    g.add_argument("--outer", choices=("sgd", "momentum", "nesterov", "adam"), help="sod outer step")
-    g.add_argument("--outer-lr", type=finite_float,
-                   help="sod outer learning rate (default 0.7; the trainer's with the Nesterov "
-                        "outer step: 0.7 * min(1, N/4))")
-    g.add_argument("--outer-momentum", type=finite_float, help="sod outer momentum (default 0.9)")
-    g.add_argument("--barrier-period", type=int, help="asgd/masgd bounded staleness K")
     g.add_argument("--servers", type=int, default=None, metavar="S",
                    help="easgd/asgd/masgd: ranks 0..S-1 serve, each one shard of the "
                         "model (default 1)")
-    g.add_argument("--masgd-momentum", type=finite_float, help="masgd server momentum m (default 0.9)")
-    g.add_argument("--masgd-scope", choices=("worker", "global"), help="masgd momentum scope")
-    g.add_argument("--staleness-compensation", choices=("none", "scale", "dc"),
-                   help="asgd/masgd: correct a stale delta (scale: divide by its staleness; "
-                        "dc: DC-ASGD delay compensation)")
-    g.add_argument("--dc-lambda", type=float, help="asgd/masgd dc: curvature scale lambda")
+    algorithm_flags.add_to(g, finite_float)
 
     g = p.add_argument_group("model and optimizer")
     g.add_argument("--model", default="cnn", help="cnn (default) | mlp | lstm")
