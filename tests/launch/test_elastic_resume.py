@@ -1,7 +1,6 @@
 """--resume at another number of ranks and --servers (issue 30, item 1),
 as whole jobs: each algorithm's run hops 4 -> 2 -> 4 -> 5 -> 3 ranks, one
-epoch per job (the server algorithms start at --servers 2: the first hop
-is also --servers 2 -> 1). At every hop each rank checks, once the resume
+epoch per job (the server algorithms' --servers go 2 -> 1 -> 1 -> 2 -> 1). At every hop each rank checks, once the resume
 is set up, that its model is exactly the checkpoint's global model (w_g,
 the same in every rank's file; or the servers' center shards end to end)
 and its global algorithm state exactly the checkpoint's; the metrics file
@@ -20,6 +19,7 @@ pytestmark = [pytest.mark.skipif(not os.path.exists(MPIRUN), reason="no mpirun b
 
 QUICK = ["--model", "mlp", "--hidden", "32", "--num-samples", "1500"]
 HOPS = (4, 2, 4, 5, 3)
+SERVERS = (2, 1, 1, 2, 1)      # the server algorithms': 2 -> 1 and 1 -> 2 on the way
 SERVER_ALGOS = ("easgd", "asgd", "masgd")
 
 # The job at each hop: psgd.worker, with a check after Trainer.setup.
@@ -105,11 +105,11 @@ def test_resume_hops_across_rank_counts(algo, tmp_path):
     flags = ["--algo", algo, "--metrics", metrics]
     if algo == "masgd":
         flags += ["--masgd-scope", "global"]       # a global velocity, carried over
-    first = hop(HOPS[0], ck, flags + (["--servers", "2"] if algo in SERVER_ALGOS else []) +
-                ["--quiet"], 1, check=False)
+    servers = [["--servers", str(s)] if algo in SERVER_ALGOS else [] for s in SERVERS]
+    first = hop(HOPS[0], ck, flags + servers[0] + ["--quiet"], 1, check=False)
     assert first.returncode == 0, first.stderr
     for epoch, (before, size) in enumerate(zip(HOPS, HOPS[1:]), start=2):
-        result = hop(size, ck, flags + ["--resume"], epoch)
+        result = hop(size, ck, flags + servers[epoch - 1] + ["--resume"], epoch)
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
         assert result.stdout.count("resume-check rank") == size, result.stdout
         assert "the checkpoint's %d ranks" % before in result.stdout, result.stdout
