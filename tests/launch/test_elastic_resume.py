@@ -168,3 +168,11 @@ def test_servers_that_leave_no_worker_are_refused_before_the_resume(sharded):
     assert_clean_failure(result, "--servers 2 leaves no worker: run with mpirun -np 3 or more")
     assert sorted(os.listdir(os.path.join(sharded, "epoch-0000"))) == [
         "rank-%05d.npz" % r for r in range(4)]
+
+
+def test_a_model_parallel_checkpoint_resumes_only_on_its_own_ranks(tmp_path):
+    ck, flags = str(tmp_path / "ck"), ["--model-parallel", "--quiet"]
+    assert psgd_train(2, *QUICK, *flags, "--epochs", "1", "--checkpoint-dir",
+                      ck).returncode == 0
+    result = psgd_train(1, *QUICK, *flags, "--epochs", "2", "--checkpoint-dir", ck, "--resume")
+    assert_clean_failure(result, "holds a --model-parallel checkpoint of 2 ranks, this job has 1")
