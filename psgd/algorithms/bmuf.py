@@ -37,6 +37,7 @@ class Bmuf(CollectiveWorker):
                                     help="clear the local optimizer state after each sync "
                                          "(default on; the trainer's: off)"),
     }
+    GLOBAL_STATE = ("global_model", "block_momentum", "block_start")
     block_momentum: float   # eta
     block_lr: float         # zeta
     nesterov: bool

@@ -36,6 +36,7 @@ class Sod(CollectiveWorker):
         "eps": Option(1e-8, positive, flag="outer_eps",
                       help="adam outer step's epsilon (default 1e-8)"),
     }
+    GLOBAL_STATE = ("global_model", "steps", "velocity", "second_moment")
     outer: str
     outer_lr: float
     outer_momentum: float

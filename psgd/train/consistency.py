@@ -15,12 +15,13 @@ MODEL_FLAGS = ("hidden", "channels", "lstm_cells", "dropout", "batchnorm")
 FIXED_ON_RESUME = ("algo", "model", "hidden", "channels", "lstm_cells", "batchnorm", "dropout",
                    "num_samples", "feats", "targets", "cv_feats", "cv_targets", "splice",
                    "num_classes", "cmvn", "optimizer", "model_parallel", "sync_bn", "bptt",
-                   "lr_schedule", "servers")
+                   "lr_schedule")
 # Read from the flags every epoch, and the algorithm's options (its state
 # is checked against them as it loads): a new value simply holds from the
-# resumed epoch on, and the log says so.
+# resumed epoch on, and the log says so. --servers: the center is cut again.
 FOLLOWED_ON_RESUME = ("epochs", "minibatch_size", "sync_period", "seed", "lr_decay",
-                      "newbob_start", "newbob_end", "newbob_factor") + tuple(ALGORITHM_FLAGS)
+                      "newbob_start", "newbob_end", "newbob_factor", "servers") + tuple(
+                          ALGORITHM_FLAGS)
 # Restored from the checkpoint's optimizer state unless given anew: the new
 # value is written into the state before it is loaded.
 OPTIMIZER_OPTIONS = ("lr", "momentum", "weight_decay", "clip")

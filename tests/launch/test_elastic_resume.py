@@ -1,0 +1,178 @@
+"""--resume at another number of ranks and --servers (issue 30, item 1),
+as whole jobs: each algorithm's run hops 4 -> 2 -> 4 -> 5 -> 3 ranks, one
+epoch per job (the server algorithms' --servers go 2 -> 1 -> 1 -> 2 -> 1). At every hop each rank checks, once the resume
+is set up, that its model is exactly the checkpoint's global model (w_g,
+the same in every rank's file; or the servers' center shards end to end)
+and its global algorithm state exactly the checkpoint's; the metrics file
+goes on and the accuracy improves over the hops. psgd's own file logic,
+so under one MPI (one_mpi)."""
+import glob
+import json
+import os
+
+import pytest
+
+from launch_util import MPIRUN, assert_clean_failure, mpirun, psgd_train
+
+pytestmark = [pytest.mark.skipif(not os.path.exists(MPIRUN), reason="no mpirun beside python"),
+              pytest.mark.one_mpi, pytest.mark.timeout(240)]
+
+QUICK = ["--model", "mlp", "--hidden", "32", "--num-samples", "1500"]
+HOPS = (4, 2, 4, 5, 3)
+SERVERS = (2, 1, 1, 2, 1)      # the server algorithms': 2 -> 1 and 1 -> 2 on the way
+SERVER_ALGOS = ("easgd", "asgd", "masgd")
+
+# The job at each hop: psgd.worker, with a check after Trainer.setup.
+CHECK = r'''
+import glob, json, os, sys
+import numpy as np
+from psgd import worker
+from psgd.buffers import shard_bounds
+from psgd.train import trainer
+
+ck = sys.argv[1]
+folder = os.path.join(ck, json.load(open(os.path.join(ck, "LATEST")))["folder"])
+
+
+def saved():
+    files = []
+    for path in sorted(glob.glob(os.path.join(folder, "rank-*.npz"))):
+        with np.load(path) as z:
+            arrays = {k: z[k] for k in z.files}
+        files.append((arrays, json.loads(arrays.pop("__header__").tobytes().decode())))
+    return files
+
+
+def check(self):
+    files, p = saved(), self.parallel
+    sync, names = p.sync, p.net.param_names
+    old_servers = (files[0][1]["config"]["servers"] or 1) if p.server_based else 0
+    flat = lambda arrays: np.concatenate([arrays["net/" + n].ravel() for n in names])
+    if old_servers:
+        model = np.concatenate([files[s][0]["algo/center"] for s in range(old_servers)])
+        np.testing.assert_array_equal(flat(files[0][0]), model)    # rank 0 gathered them
+    else:
+        model = flat(files[0][0])
+        for arrays, _ in files:                                     # w_g: on every rank
+            np.testing.assert_array_equal(flat(arrays), model)
+    np.testing.assert_array_equal(np.asarray(p.net.param_buffer.data), model)
+    keys = []
+    for key, value in sync.state_dict().items():
+        if not sync.is_global_state(key):
+            continue
+        if key in sync.SHARDED_STATE:
+            whole = np.concatenate([files[s][0]["algo/" + key] for s in range(old_servers)],
+                                   axis=-1)
+            lo, hi = shard_bounds(model.size, p.servers)[self.rank]
+            expected = whole[..., lo:hi]
+        else:
+            expected = files[0][0]["algo/" + key]
+        np.testing.assert_array_equal(value, expected, err_msg=key)
+        keys.append(key)
+    opt = self.optimizer.state_dict()
+    for slot in self.optimizer.slots:     # syncgrad's are the same on every rank: kept
+        if p.gradients_averaged:
+            np.testing.assert_array_equal(opt[slot], files[0][0]["opt/" + slot])
+        else:
+            assert opt[slot] is None and opt["t"] == 0, (slot, opt["t"])
+    print("resume-check rank %d: the checkpoint's model, state %s" % (
+        self.rank, ",".join(keys)), flush=True)
+
+
+setup = trainer.Trainer.setup
+def checked_setup(self):
+    setup(self)
+    check(self)
+trainer.Trainer.setup = checked_setup
+sys.exit(worker.main(sys.argv[2:]))
+'''
+
+
+def hop(np_, ck, flags, epochs, check=True):
+    argv = ["-m", "psgd.worker"] if not check else ["-c", CHECK, ck]
+    return mpirun(np_, argv + QUICK + flags + ["--epochs", str(epochs), "--checkpoint-dir", ck],
+                  timeout=200)
+
+
+def accuracies(path):
+    with open(path) as f:
+        return [json.loads(line)["test_accuracy"] for line in f]
+
+
+@pytest.mark.parametrize("algo", ["bsp", "bmuf", "sod", "syncgrad", "easgd", "asgd", "masgd"])
+def test_resume_hops_across_rank_counts(algo, tmp_path):
+    ck, metrics = str(tmp_path / "ck"), str(tmp_path / "m.jsonl")
+    flags = ["--algo", algo, "--metrics", metrics]
+    if algo == "masgd":
+        flags += ["--masgd-scope", "global"]       # a global velocity, carried over
+    servers = [["--servers", str(s)] if algo in SERVER_ALGOS else [] for s in SERVERS]
+    first = hop(HOPS[0], ck, flags + servers[0] + ["--quiet"], 1, check=False)
+    assert first.returncode == 0, first.stderr
+    for epoch, (before, size) in enumerate(zip(HOPS, HOPS[1:]), start=2):
+        result = hop(size, ck, flags + servers[epoch - 1] + ["--resume"], epoch)
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+        assert result.stdout.count("resume-check rank") == size, result.stdout
+        assert "the checkpoint's %d ranks" % before in result.stdout, result.stdout
+        assert "resume: the local optimizer's state" in result.stdout, result.stdout
+    acc = accuracies(metrics)
+    assert len(acc) == len(HOPS), acc                            # the metrics file went on
+    assert acc[-1] > acc[0] + 0.03, acc                          # and it trained on
+
+
+def test_hop_logs_the_defaults_of_the_new_n(tmp_path):
+    """bsp's large-batch rule: Adam at 4 workers x3, at 2 x2 (lr 0.006 ->
+    0.004); easgd's alpha max(0.9 / N, 0.3): 2 workers 0.45, 1 worker 0.9;
+    a flag given stays as given."""
+    ck = str(tmp_path / "bsp")
+    assert hop(4, ck, ["--algo", "bsp", "--quiet"], 1, check=False).returncode == 0
+    result = psgd_train(2, *QUICK, "--algo", "bsp", "--epochs", "2", "--checkpoint-dir", ck,
+                        "--resume")
+    assert result.returncode == 0, result.stderr
+    assert "defaults for 2 workers: lr 0.006 -> 0.004" in result.stdout, result.stdout
+    ck = str(tmp_path / "easgd")
+    assert hop(4, ck, ["--algo", "easgd", "--servers", "2", "--quiet"], 1,
+               check=False).returncode == 0
+    result = psgd_train(2, *QUICK, "--algo", "easgd", "--epochs", "2", "--checkpoint-dir", ck,
+                        "--resume")
+    assert result.returncode == 0, result.stderr
+    assert "defaults for 1 workers: lr 0.004 -> 0.002, alpha 0.45 -> 0.9" in result.stdout, \
+        result.stdout
+    assert hop(3, ck, ["--algo", "easgd", "--alpha", "0.5", "--resume", "--quiet"], 3,
+               check=False).returncode == 0
+    result = psgd_train(2, *QUICK, "--algo", "easgd", "--epochs", "4", "--checkpoint-dir", ck,
+                        "--resume", "--alpha", "0.5")
+    line = [l for l in result.stdout.splitlines() if "defaults for 1 workers" in l]
+    assert line and line[0].endswith("defaults for 1 workers: lr 0.004 -> 0.002"), result.stdout
+
+
+@pytest.fixture
+def sharded(tmp_path):
+    """The checkpoint of a 1-epoch asgd run on 4 ranks, 2 of them servers."""
+    ck = str(tmp_path / "ck")
+    result = hop(4, ck, ["--algo", "asgd", "--servers", "2", "--quiet"], 1, check=False)
+    assert result.returncode == 0, result.stderr
+    return ck
+
+
+def test_a_missing_shard_file_is_named_on_every_rank(sharded):
+    path = glob.glob(os.path.join(sharded, "epoch-*", "rank-00001.npz"))[0]
+    os.remove(path)
+    result = psgd_train(3, *QUICK, "--algo", "asgd", "--epochs", "2", "--checkpoint-dir",
+                        sharded, "--resume", "--quiet")
+    assert_clean_failure(result, "%s: no such file" % path)
+
+
+def test_servers_that_leave_no_worker_are_refused_before_the_resume(sharded):
+    result = psgd_train(2, *QUICK, "--algo", "asgd", "--servers", "2", "--epochs", "2",
+                        "--checkpoint-dir", sharded, "--resume", "--quiet")
+    assert_clean_failure(result, "--servers 2 leaves no worker: run with mpirun -np 3 or more")
+    assert sorted(os.listdir(os.path.join(sharded, "epoch-0000"))) == [
+        "rank-%05d.npz" % r for r in range(4)]
+
+
+def test_a_model_parallel_checkpoint_resumes_only_on_its_own_ranks(tmp_path):
+    ck, flags = str(tmp_path / "ck"), ["--model-parallel", "--quiet"]
+    assert psgd_train(2, *QUICK, *flags, "--epochs", "1", "--checkpoint-dir",
+                      ck).returncode == 0
+    result = psgd_train(1, *QUICK, *flags, "--epochs", "2", "--checkpoint-dir", ck, "--resume")
+    assert_clean_failure(result, "holds a --model-parallel checkpoint of 2 ranks, this job has 1")
