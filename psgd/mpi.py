@@ -1,6 +1,6 @@
-"""The MPI layer: a node's place in the job, the wire constants, and
-buffer-based (never pickling) exchanges of flat buffers, chunked above a
-configurable element count so buffers past MPI's int limit still go through.
+"""The MPI layer: a node's place in the job, and buffer-based (never
+pickling) exchanges of flat buffers, chunked above a configurable element
+count so buffers past MPI's int limit still go through.
 """
 import os
 
@@ -11,13 +11,8 @@ from . import cuda_aware as _cuda_aware
 from . import mpi_async
 from .backend import array_module
 from .errors import UsageError
+from .protocol import TAG_MODEL
 
-# Wire protocol of the server algorithms (docs/protocol.md).
-TAG_MSG = 0
-TAG_MODEL = 1
-MSG_SYNC = 0
-MSG_FINISHED = 1
-MESSAGES = {MSG_SYNC: "SYNC", MSG_FINISHED: "FINISHED"}
 MAIN_RANK = 0
 
 # MPI counts are C ints; stay below 2**31 elements per call. Tests shrink it.

@@ -11,7 +11,7 @@ import psgd
 ROOT = pathlib.Path(psgd.__file__).parent
 
 # Module-name prefix -> floor (the longest matching prefix wins).
-FLOORS = {"psgd.errors": 0, "psgd._threads": 0, "psgd._cuda_first": 0,
+FLOORS = {"psgd.errors": 0, "psgd._threads": 0, "psgd._cuda_first": 0, "psgd.protocol": 0,
           "psgd.backend": 1, "psgd.buffers": 1, "psgd.mpi": 1, "psgd.mpi_async": 1,
           "psgd.kernels": 1,
           "psgd.cuda_aware": 1, "psgd.atomic": 1, "psgd.agreement": 1, "psgd.pieces": 1,

@@ -11,7 +11,7 @@ from mpi4py import MPI
 
 import psgd
 import reference
-from psgd import mpi
+from psgd import mpi, protocol
 from psgd.buffers import host_copy
 from psgd.errors import ProtocolError
 from server_plans import SHAPES, SIZE, check_replay, drive, initial, local, plan, share_log, x0
@@ -306,7 +306,7 @@ def test_a_bad_control_message_fails_every_rank_without_a_hang(comm, name, optio
             obj.run()
     elif comm.rank == bad:
         obj.comm.Send([np.array(message, dtype=np.int64), MPI.INT64_T], dest=0,
-                      tag=mpi.TAG_MSG)
+                      tag=protocol.TAG_MSG)
         with pytest.raises(ProtocolError, match=match):
             obj.stop(0)
     else:

@@ -10,7 +10,7 @@ from mpi4py import MPI
 
 import psgd
 import reference
-from psgd import mpi
+from psgd import mpi, protocol
 from psgd.buffers import host_copy, shard_bounds
 from psgd.errors import ProtocolError
 from server_plans import SHAPES, SIZE
@@ -227,7 +227,7 @@ def test_a_held_barrier_with_a_failing_shard_ends_without_a_hang(comm, to):
     elif comm.rank == bad:
         obj.synchronize(1)
         obj.comm.Send([np.array([7, 0], dtype=np.int64), MPI.INT64_T], dest=target,
-                      tag=mpi.TAG_MSG)
+                      tag=protocol.TAG_MSG)
         with pytest.raises(ProtocolError, match=match):
             obj.stop(0)
     else:
@@ -252,7 +252,7 @@ def test_an_unknown_message_to_one_shard_fails_every_rank(comm, to):
             obj.run()
     elif comm.rank == bad:
         obj.comm.Send([np.array([7, 0], dtype=np.int64), MPI.INT64_T], dest=target,
-                      tag=mpi.TAG_MSG)
+                      tag=protocol.TAG_MSG)
         with pytest.raises(ProtocolError, match=match):
             obj.stop(0)
     else:
