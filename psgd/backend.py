@@ -7,11 +7,11 @@ name, `PSGD_BACKEND` (default auto) names it. The GPU is chosen by the
 rank's local (per-node) rank, or from an explicit device-id list; more
 ranks on a host than GPUs share them, and say so.
 """
-import os
 import warnings
 
 import numpy as np
 
+from . import settings
 from .errors import UsageError
 
 BACKENDS = ("auto", "numpy", "cupy")
@@ -154,7 +154,7 @@ def get_backend(name=None, local_rank=0, device_ids=None, local_size=None):
     """The backend for this rank. `name` is auto | numpy | cupy (env
     PSGD_BACKEND); `local_size`: ranks on this host (warns when they
     outnumber the GPUs)."""
-    name = name or os.environ.get("PSGD_BACKEND", "auto")
+    name = name or settings.get("PSGD_BACKEND")
     if name not in BACKENDS:
         raise ValueError("unknown backend %r; valid: %s" % (name, ", ".join(BACKENDS)))
     if name == "numpy":

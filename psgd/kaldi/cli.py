@@ -4,10 +4,10 @@ line `PROG: error: ...` and a non-zero exit, never a traceback (set
 PSGD_TRACEBACK=1 to see one when debugging psgd itself)."""
 import argparse
 import math
-import os
 import sys
 import traceback
 
+import psgd.settings as settings
 from psgd.atomic import WriteError
 from psgd.errors import UsageError
 
@@ -58,7 +58,7 @@ def run(prog, action, args):
     except KeyboardInterrupt:
         return 130
     except Exception as exc:   # the tools' one error path: nothing escapes as a traceback
-        if os.environ.get("PSGD_TRACEBACK"):
+        if settings.get("PSGD_TRACEBACK"):
             traceback.print_exc()
         sys.stderr.write("%s: error: %s\n" % (prog, describe(exc)))
         return 1

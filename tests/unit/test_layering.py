@@ -12,6 +12,7 @@ ROOT = pathlib.Path(psgd.__file__).parent
 
 # Module-name prefix -> floor (the longest matching prefix wins).
 FLOORS = {"psgd.errors": 0, "psgd._threads": 0, "psgd._cuda_first": 0, "psgd.protocol": 0,
+          "psgd.settings": 0,
           "psgd.backend": 1, "psgd.buffers": 1, "psgd.mpi": 1, "psgd.mpi_async": 1,
           "psgd.kernels": 1,
           "psgd.cuda_aware": 1, "psgd.atomic": 1, "psgd.agreement": 1, "psgd.pieces": 1,
@@ -26,6 +27,7 @@ FLOORS = {"psgd.errors": 0, "psgd._threads": 0, "psgd._cuda_first": 0, "psgd.pro
           "psgd.kaldi.__main__": 5, "psgd.kaldi.forward": 5}
 # Imports within a floor that the architecture names; nothing else crosses.
 SIDEWAYS = {("psgd.kaldi", "psgd.nnet"), ("psgd.kaldi", "psgd.data"),
+            ("psgd._cuda_first", "psgd.settings"),
             ("psgd.buffers", "psgd.backend"), ("psgd.kernels", "psgd.backend"),
             ("psgd.mpi", "psgd.backend"), ("psgd.mpi", "psgd.cuda_aware"),
             ("psgd.mpi", "psgd.mpi_async"),

@@ -10,7 +10,7 @@ from mpi4py import MPI
 
 import psgd
 import reference
-from psgd import mpi, protocol
+from psgd import protocol, settings
 from psgd.buffers import host_copy, shard_bounds
 from psgd.errors import ProtocolError
 from server_plans import SHAPES, SIZE
@@ -74,12 +74,12 @@ def test_staleness_compensation_per_shard(comm, S, compensation):
 
 def test_chunked_shard_messages_match_the_replay(comm):
     S = servers_or_skip(comm, 2)
-    old = mpi.set_chunk_elements(4)
+    old = settings.set("PSGD_MPI_CHUNK", 4)
     try:
         check_sharded_replay(comm, "masgd",
                              lambda x, log, f: reference.asgd(x, log, f, 0.1, 0.9), S)
     finally:
-        mpi.set_chunk_elements(old)
+        settings.set("PSGD_MPI_CHUNK", old)
 
 
 def test_the_shard_replay_can_fail(comm):

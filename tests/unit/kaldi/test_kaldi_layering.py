@@ -7,7 +7,8 @@ import pathlib
 import psgd.kaldi
 import psgd.nnet
 
-ALLOWED = ("psgd.errors", "psgd.backend", "psgd.atomic", "psgd.nnet", "psgd.data", "psgd.kaldi")
+ALLOWED = ("psgd.errors", "psgd.settings", "psgd.backend", "psgd.atomic", "psgd.nnet", "psgd.data",
+           "psgd.kaldi")
 ENTRY_POINTS = {"__main__.py": ("psgd.train",), "forward.py": ("psgd.train",)}
 
 
