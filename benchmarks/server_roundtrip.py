@@ -398,4 +398,4 @@ def _plot(by, sizes):
 
 
 if __name__ == "__main__":
-    common.script_main(run, child)
+    common.script_main(run, child, mpi_regimes.add_regime_arg)

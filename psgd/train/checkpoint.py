@@ -14,9 +14,9 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import agreement
+from ..atomic import atomic_write
 from ..errors import UsageError
 from . import model_io
-from .outputs import atomic_write
 
 LATEST = "LATEST"
 KEEP = 2

@@ -11,8 +11,8 @@ import warnings
 import numpy as np
 from mpi4py import MPI
 
+from ..atomic import atomic_write
 from ..errors import UsageError
-from .outputs import atomic_write
 
 PROGRAM = "psgd-train"
 

@@ -7,7 +7,7 @@ import os
 import socket
 import time
 
-from ..atomic import TMP, atomic_write  # noqa: F401 (atomic_write re-exported)
+from ..atomic import TMP
 from ..errors import UsageError
 
 _ORPHAN_AGE_S = 3600    # a temporary file without a writer's name: this old is debris

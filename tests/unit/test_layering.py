@@ -137,3 +137,47 @@ def test_data_needs_no_mpi():
                     names = [a.name for a in node.names] if isinstance(node, ast.Import) \
                         else [node.module or ""]
                     assert not any(n.startswith("mpi4py") for n in names), name
+
+
+def test_benchmarks_share_common_without_a_cycle():
+    """benchmarks/common.py is what every benchmark builds on: it imports
+    none of them (mpi_regimes and the rest import it)."""
+    folder = ROOT.parent / "benchmarks"
+    scripts = {p.stem for p in folder.glob("*.py")}
+    tree = ast.parse((folder / "common.py").read_text())
+    named = {a.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+             for a in node.names}
+    named |= {node.module for node in ast.walk(tree)
+              if isinstance(node, ast.ImportFrom) and node.module}
+    assert not named & (scripts - {"common"}), named & scripts
+
+
+def test_no_module_imports_itself_back():
+    """No cycle among psgd's modules, imports inside functions included
+    (a package stands for its __init__)."""
+    graph = real_graph()
+
+    def known(target):
+        while target not in graph and "." in target:
+            target = target.rpartition(".")[0]
+        return target
+    edges = {name: {known(t) for t in targets} - {name} for name, targets in graph.items()}
+    done, path = set(), []
+
+    def visit(name):
+        if name in path:
+            return path[path.index(name):] + [name]
+        if name in done:
+            return None
+        path.append(name)
+        for target in sorted(edges.get(name, ())):
+            cycle = visit(target)
+            if cycle:
+                return cycle
+        path.pop()
+        done.add(name)
+        return None
+    for name in sorted(edges):
+        path.clear()
+        cycle = visit(name)
+        assert cycle is None, " -> ".join(cycle)
