@@ -32,22 +32,24 @@ def test_every_name_asked_for_is_declared():
     assert asked and asked <= set(settings.SETTINGS), asked - set(settings.SETTINGS)
 
 
+def printed(code, **env):
+    """The lines `python -c code` prints in an environment with `env` added."""
+    return subprocess.run([sys.executable, "-c", code], env=dict(os.environ, **env),
+                          capture_output=True, text=True, timeout=120,
+                          check=True).stdout.splitlines()
+
+
 def test_a_setting_is_read_once():
     code = ("import os; from psgd import settings; a = settings.get('PSGD_ACCEL'); "
             "os.environ['PSGD_ACCEL'] = 'numpy'; print(a, settings.get('PSGD_ACCEL'))")
-    env = dict(os.environ, PSGD_ACCEL="numexpr")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True, timeout=120, check=True).stdout.split()
-    assert out == ["numexpr", "numexpr"]
+    assert printed(code, PSGD_ACCEL="numexpr") == ["numexpr numexpr"]
 
 
 def test_a_bad_count_keeps_its_default_and_is_named():
     code = ("from psgd import settings; print(settings.get('PSGD_MPI_SERVER_PIECE')); "
             "print(settings.problem())")
-    env = dict(os.environ, PSGD_MPI_SERVER_PIECE="-1")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True, timeout=120, check=True).stdout.splitlines()
-    assert out == [str(1 << 18), "PSGD_MPI_SERVER_PIECE='-1': must be a whole number >= 0"]
+    assert printed(code, PSGD_MPI_SERVER_PIECE="-1") == [
+        str(1 << 18), "PSGD_MPI_SERVER_PIECE='-1': must be a whole number >= 0"]
 
 
 def test_set_checks_counts_and_gives_back_the_old_value(setting):
