@@ -25,7 +25,8 @@ class GivingUp:
             self._notify(rank, code, sender, value)
         waiting = set(self.running)       # the sender too: it is a psgd worker and will answer
         control = self.control
-        for rank in waiting - control.ranks():  # the sender, or the one being served when an update failed
+        # the sender, or the one being served when an update failed
+        for rank in waiting - control.ranks():
             if not control.posted(rank):
                 control.post(rank)
         delay = FIRST_SLEEP
