@@ -16,21 +16,18 @@ FLOORS = {"psgd.errors": 0, "psgd._threads": 0, "psgd._cuda_first": 0, "psgd.pro
           "psgd.backend": 1, "psgd.buffers": 1, "psgd.mpi": 1, "psgd.mpi_async": 1,
           "psgd.kernels": 1,
           "psgd.cuda_aware": 1, "psgd.atomic": 1, "psgd.agreement": 1, "psgd.pieces": 1,
-          "psgd.pipeline": 1, "psgd.nccl": 1, "psgd.trace": 1,
+          "psgd.pipeline": 1, "psgd.nccl": 1, "psgd.trace": 1, "psgd.command_line": 1,
           "psgd": 2, "psgd.algorithms": 2,      # the package's facade re-exports create()
-          "psgd.nnet": 3, "psgd.data": 3, "psgd.kaldi": 3, "psgd.torch": 3,
+          "psgd.nnet": 3, "psgd.data": 3, "psgd.kaldi_io": 3, "psgd.torch": 3,
           "psgd.torch_buckets": 3, "psgd.torch_optimizer": 3,
           "psgd.train": 4,
-          "psgd.worker": 5, "psgd.timeline": 5,
-          # the Kaldi tools' command-line entry points load .npz models through
-          # psgd.train, as the worker CLI does: they are floor 5
-          "psgd.kaldi.__main__": 5, "psgd.kaldi.forward": 5}
+          "psgd.worker": 5, "psgd.timeline": 5, "psgd.kaldi": 5}
 # Imports within a floor that the architecture names; nothing else crosses.
-SIDEWAYS = {("psgd.kaldi", "psgd.nnet"), ("psgd.kaldi", "psgd.data"),
+SIDEWAYS = {("psgd.kaldi_io", "psgd.nnet"), ("psgd.kaldi_io", "psgd.data"),
             ("psgd._cuda_first", "psgd.settings"),
             ("psgd.buffers", "psgd.backend"), ("psgd.kernels", "psgd.backend"),
             ("psgd.mpi", "psgd.backend"), ("psgd.mpi", "psgd.cuda_aware"),
-            ("psgd.mpi", "psgd.mpi_async"),
+            ("psgd.mpi", "psgd.mpi_async"), ("psgd.command_line", "psgd.atomic"),
             ("psgd.pieces", "psgd.mpi"), ("psgd.pipeline", "psgd.mpi"),
             ("psgd.nccl", "psgd.mpi"), ("psgd.nccl", "psgd.backend"),
             ("psgd", "psgd.algorithms"), ("psgd.torch", "psgd.torch_buckets"),
@@ -121,6 +118,7 @@ def test_the_graph_sees_relative_imports():
     ("psgd.mpi", "psgd.algorithms"),
     ("psgd.data.minibatch", "psgd.mpi"),
     ("psgd.nnet.network", "psgd.data.minibatch"),        # sideways, not named
+    ("psgd.kaldi_io.nnet1", "psgd.train.model_files"),   # the formats know no trainer
 ])
 def test_a_wrong_import_is_caught(importer, imported):
     graph = real_graph()
