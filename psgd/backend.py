@@ -39,10 +39,6 @@ class Backend:
     def asarray(self, array, dtype=None):
         return self.xp.asarray(array, dtype=dtype)
 
-    def synchronize(self):
-        if self.is_gpu:
-            self.xp.cuda.get_current_stream().synchronize()
-
     def __repr__(self):
         dev = "" if self.device_id is None else " device %d" % self.device_id
         return "<Backend %s%s>" % (self.name, dev)
