@@ -34,7 +34,7 @@ class Backend:
 
     def to_host(self, array):
         """A NumPy copy (or the array itself on the host backend)."""
-        return array.get() if self.is_gpu else np.asarray(array)
+        return to_numpy(array)
 
     def asarray(self, array, dtype=None):
         return self.xp.asarray(array, dtype=dtype)
@@ -81,6 +81,15 @@ def array_module(array):
     if isinstance(array, np.ndarray) or np.isscalar(array):
         return np
     return cupy_module().get_array_module(array)
+
+
+def to_numpy(array, copy=False):
+    """`array`'s values in a NumPy array, the one way psgd brings a device
+    (CuPy) array to the host: a device array is copied (CuPy waits for the
+    current stream); a host one is returned as it is, or copied (`copy`)."""
+    if hasattr(array, "get") and not isinstance(array, np.ndarray):
+        return array.get()
+    return np.array(array) if copy else np.asarray(array)
 
 
 def off_device(array):
