@@ -32,20 +32,20 @@ def _time(fn, reps):
     return common.median(times)
 
 
-def _variants(kernels):
+def _variants(kernels, settings):
     """(name, set-up) pairs; each set-up puts kernels into that mode."""
     numexpr = kernels.numexpr
     block = kernels.BLOCK
 
     def numpy_mode(blocked):
         def setup():
-            os.environ["PSGD_ACCEL"] = "numpy"
+            settings.set("PSGD_ACCEL", "numpy")
             kernels.BLOCK = block if blocked else 1 << 62
         return setup
 
     def numexpr_mode(threads):
         def setup():
-            os.environ["PSGD_ACCEL"] = "numexpr"
+            settings.set("PSGD_ACCEL", "numexpr")
             kernels.BLOCK = block
             numexpr.set_num_threads(threads)
         return setup
@@ -61,10 +61,10 @@ def _variants(kernels):
 
 
 def measure(sizes, quick=False):
-    from psgd import kernels
-    saved = (os.environ.get("PSGD_ACCEL"), kernels.BLOCK,
+    from psgd import kernels, settings
+    saved = (settings.get("PSGD_ACCEL"), kernels.BLOCK,
              kernels.numexpr.nthreads if kernels.numexpr is not None else None)
-    variants = _variants(kernels)
+    variants = _variants(kernels, settings)
     rows = []
     try:
         for size in sizes:
@@ -93,10 +93,7 @@ def measure(sizes, quick=False):
             rows.append({"op": "copy", "size": size, "variant": "numpy", "seconds": t,
                          "gbps": MIN_BYTES["copy"] * size / t / 1e9})
     finally:
-        if saved[0] is None:
-            os.environ.pop("PSGD_ACCEL", None)
-        else:
-            os.environ["PSGD_ACCEL"] = saved[0]
+        settings.set("PSGD_ACCEL", saved[0])
         kernels.BLOCK = saved[1]
         if saved[2] is not None:
             kernels.numexpr.set_num_threads(saved[2])

@@ -335,24 +335,21 @@ def child_main(fn, argv):
     fn(argv)
 
 
-def script_main(run, child=None):
+def script_main(run, child=None, add_arguments=None):
     """A benchmark run as a script: `--child ...` is one MPI rank of its
     measurement (launched by run()), anything else runs it and prints the
-    Markdown (`--quick` for small sizes)."""
+    Markdown (`--quick` for small sizes). add_arguments(parser) adds the
+    benchmark's own flags (e.g. mpi_regimes.add_regime_arg); run() gets
+    each of them by its name."""
     if child is not None and "--child" in sys.argv:
         child_main(child, sys.argv[1:])
         return
     import argparse
-    import inspect
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true")
-    takes_regime = "regime" in inspect.signature(run).parameters
-    if takes_regime:
-        import mpi_regimes      # it builds on this module
-        mpi_regimes.add_regime_arg(p)
-    args = p.parse_args()
-    kwargs = {"regime": args.regime} if takes_regime else {}
-    print(run(quick=args.quick, **kwargs).markdown)
+    if add_arguments is not None:
+        add_arguments(p)
+    print(run(**vars(p.parse_args())).markdown)
 
 
 class Section:

@@ -27,7 +27,7 @@ PROGRESS = (1 << 16, None)   # Test every 64k elements, or never
 def child(argv):
     from mpi4py import MPI
     import psgd
-    from psgd import pipeline
+    from psgd import pipeline, settings
     p = common.child_args()
     p.add_argument("--size", type=float, required=True)
     p.add_argument("--reps", type=int, default=11)
@@ -39,13 +39,15 @@ def child(argv):
 
     def setting(m, chunk, depth=2, progress=1 << 16, threshold=0):
         def fn():
-            old = pipeline.set_pipeline(chunk=chunk, threshold=threshold)
+            old = (settings.set("PSGD_MPI_PIPELINE_CHUNK", chunk),
+                   settings.set("PSGD_MPI_PIPELINE_THRESHOLD", threshold))
             saved = pipeline.PIPELINE_DEPTH, pipeline.PROGRESS_BLOCK
             pipeline.PIPELINE_DEPTH, pipeline.PROGRESS_BLOCK = depth, progress or 2 ** 62
             try:
                 objs[m].synchronize(32 + comm.rank)
             finally:
-                pipeline.set_pipeline(*old)
+                settings.set("PSGD_MPI_PIPELINE_CHUNK", old[0])
+                settings.set("PSGD_MPI_PIPELINE_THRESHOLD", old[1])
                 pipeline.PIPELINE_DEPTH, pipeline.PROGRESS_BLOCK = saved
         return fn
 

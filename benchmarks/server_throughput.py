@@ -204,4 +204,4 @@ def _cores_note(cores, workers, shards):
 
 
 if __name__ == "__main__":
-    common.script_main(run, child)
+    common.script_main(run, child, mpi_regimes.add_regime_arg)

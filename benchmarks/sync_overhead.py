@@ -90,14 +90,14 @@ def _update_alone(obj, n_k, n, size):
     MPI calls: what one sync would cost on top of a free Allreduce."""
     names = [k for k in ("exchange", "grad_exchange") if hasattr(obj, k)]
     saved = [getattr(obj, k) for k in names]
-    from psgd import pipeline
+    from psgd import settings
     for k in names:
         setattr(obj, k, _NoExchange(getattr(obj, k).buffer))
-    old = pipeline.set_pipeline(threshold=2 ** 62)     # one call: no chunks to run under
+    old = settings.set("PSGD_MPI_PIPELINE_THRESHOLD", 2 ** 62)   # one call: no chunks
     try:
         obj.update(n_k, n, size)
     finally:
-        pipeline.set_pipeline(*old)
+        settings.set("PSGD_MPI_PIPELINE_THRESHOLD", old)
         for k, v in zip(names, saved):
             setattr(obj, k, v)
 
@@ -115,7 +115,7 @@ def _make(method, comm, size):
 
 def child(argv):
     from mpi4py import MPI
-    from psgd import mpi, pipeline
+    from psgd import mpi, pipeline, settings
     p = common.child_args()
     p.add_argument("--sizes", required=True)
     p.add_argument("--methods", default=",".join(ALGOS + ("kaldi",)))
@@ -148,11 +148,11 @@ def child(argv):
 
             def one_call():
                 """The same sync with its exchange unpipelined (one Allreduce)."""
-                old = pipeline.set_pipeline(threshold=2 ** 62)
+                old = settings.set("PSGD_MPI_PIPELINE_THRESHOLD", 2 ** 62)
                 try:
                     obj.synchronize(n_k)
                 finally:
-                    pipeline.set_pipeline(*old)
+                    settings.set("PSGD_MPI_PIPELINE_THRESHOLD", old)
 
             fns = [("raw", bare), ("sync", sync)]
             if method != "kaldi":
@@ -352,4 +352,4 @@ def _plot(auto, sizes):
 
 
 if __name__ == "__main__":
-    common.script_main(run, child)
+    common.script_main(run, child, mpi_regimes.add_regime_arg)

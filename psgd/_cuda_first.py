@@ -13,6 +13,8 @@ launcher (MPICH and the others decide without a context).
 import os
 import sys
 
+from . import settings
+
 LOCAL_RANK = "OMPI_COMM_WORLD_LOCAL_RANK"
 _state = {"device": None}
 
@@ -30,7 +32,7 @@ def _option(argv, name):
 def device_for(environ, argv, count):
     """The GPU this rank will use, or None (nothing to do before MPI)."""
     local = environ.get(LOCAL_RANK, "")
-    backend = _option(argv, "--backend") or environ.get("PSGD_BACKEND", "auto")
+    backend = _option(argv, "--backend") or settings.read("PSGD_BACKEND", environ)
     if not local.isdigit() or backend == "numpy" or count < 1:
         return None
     ids = [d for d in (_option(argv, "--gpu-ids") or "").split(",") if d.strip().isdigit()]

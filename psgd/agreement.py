@@ -4,13 +4,13 @@ exception ends the whole job with one line instead of hanging it
 (abort_on_error). Only int64 flags, hashes and UTF-8 text cross the wire."""
 import hashlib
 import json
-import os
 import sys
 import time
 
 import numpy as np
 from mpi4py import MPI
 
+from . import settings
 from .errors import CollectiveError, CollectiveUsageError, UsageError
 
 
@@ -107,7 +107,7 @@ def abort_on_error(comm=None):
         elif issubclass(kind, (UsageError, CollectiveError)):
             sys.stderr.write("psgd: error: %s\n" % value)
         else:
-            if os.environ.get("PSGD_TRACEBACK"):
+            if settings.get("PSGD_TRACEBACK"):
                 previous(kind, value, tb)
             sys.stderr.write("psgd: rank %d failed: %s: %s\n" % (comm.rank, kind.__name__, value))
         sys.stderr.flush()

@@ -5,14 +5,16 @@ A write goes to a temporary file beside its target, named after the writer
 (`.tmp-PID@HOST-XXXX`), is fsynced and renamed over the target, with the mode
 the umask gives any new file (mkstemp alone makes it 0600). Readers see the
 old file or the new one, never a torn one. A writer killed mid-write leaves
-its temporary file behind; psgd.train.outputs removes those of dead writers.
+its temporary file behind; remove_debris() removes those of dead writers.
 A write that fails (a full disk, a folder that is a file) raises WriteError,
 an OSError that names the target, not the temporary file."""
 import os
 import socket
 import tempfile
+import time
 
 TMP = ".tmp-"
+_ORPHAN_AGE_S = 3600    # a temporary file without a writer's name: this old is debris
 
 
 class WriteError(OSError):
@@ -82,3 +84,42 @@ def fsync_dir(folder):
         pass
     finally:
         os.close(fd)
+
+
+def remove_debris(folder, any_writer=False):
+    """Remove the temporary files of dead writers in `folder` (of any writer:
+    a folder under our lock); returns their names."""
+    removed = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    host = socket.gethostname()
+    for name in names:
+        if name.startswith(TMP) and (any_writer or _dead_writer(os.path.join(folder, name),
+                                                                name, host)):
+            try:
+                os.unlink(os.path.join(folder, name))
+                removed.append(name)
+            except OSError:
+                pass
+    return removed
+
+
+def _dead_writer(path, name, host):
+    who = name[len(TMP):].rsplit("-", 1)[0]
+    pid, _, where = who.partition("@")
+    if not pid.isdigit() or not where:
+        try:   # written by an older psgd: no writer's name
+            return time.time() - os.path.getmtime(path) > _ORPHAN_AGE_S
+        except OSError:
+            return False
+    if where != host:
+        return False    # its writer may live on another node
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False

@@ -7,11 +7,11 @@ name, `PSGD_BACKEND` (default auto) names it. The GPU is chosen by the
 rank's local (per-node) rank, or from an explicit device-id list; more
 ranks on a host than GPUs share them, and say so.
 """
-import os
 import warnings
 
 import numpy as np
 
+from . import settings
 from .errors import UsageError
 
 BACKENDS = ("auto", "numpy", "cupy")
@@ -34,14 +34,10 @@ class Backend:
 
     def to_host(self, array):
         """A NumPy copy (or the array itself on the host backend)."""
-        return array.get() if self.is_gpu else np.asarray(array)
+        return to_numpy(array)
 
     def asarray(self, array, dtype=None):
         return self.xp.asarray(array, dtype=dtype)
-
-    def synchronize(self):
-        if self.is_gpu:
-            self.xp.cuda.get_current_stream().synchronize()
 
     def __repr__(self):
         dev = "" if self.device_id is None else " device %d" % self.device_id
@@ -85,6 +81,15 @@ def array_module(array):
     if isinstance(array, np.ndarray) or np.isscalar(array):
         return np
     return cupy_module().get_array_module(array)
+
+
+def to_numpy(array, copy=False):
+    """`array`'s values in a NumPy array, the one way psgd brings a device
+    (CuPy) array to the host: a device array is copied (CuPy waits for the
+    current stream); a host one is returned as it is, or copied (`copy`)."""
+    if hasattr(array, "get") and not isinstance(array, np.ndarray):
+        return array.get()
+    return np.array(array) if copy else np.asarray(array)
 
 
 def off_device(array):
@@ -154,7 +159,7 @@ def get_backend(name=None, local_rank=0, device_ids=None, local_size=None):
     """The backend for this rank. `name` is auto | numpy | cupy (env
     PSGD_BACKEND); `local_size`: ranks on this host (warns when they
     outnumber the GPUs)."""
-    name = name or os.environ.get("PSGD_BACKEND", "auto")
+    name = name or settings.get("PSGD_BACKEND")
     if name not in BACKENDS:
         raise ValueError("unknown backend %r; valid: %s" % (name, ", ".join(BACKENDS)))
     if name == "numpy":

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from .backend import array_module, empty_pinned
+from .backend import array_module, empty_pinned, to_numpy
 
 DTYPES = (np.float32, np.float64)
 
@@ -184,7 +184,7 @@ def shard_bounds(size, count):
 
 def host_copy(array):
     """A NumPy copy of a host or device array (for checkpoints and tests)."""
-    return np.array(array) if isinstance(array, np.ndarray) else array.get()
+    return to_numpy(array, copy=True)
 
 
 def _writable(array):

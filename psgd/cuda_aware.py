@@ -32,7 +32,7 @@ import re
 
 from mpi4py import MPI
 
-from . import _cuda_first
+from . import _cuda_first, settings
 from .errors import UsageError
 
 SETTINGS = ("auto", "yes", "no")
@@ -62,8 +62,8 @@ def configure(setting=None):
     which wins over auto. Returns (aware, reason)."""
     global _decision
     if setting is None or parse(setting) == "auto":
-        env = os.environ.get(ENV)
-        setting = parse(env, ENV) if env not in (None, "") else "auto"
+        env = settings.get(ENV)
+        setting = parse(env, ENV) if env is not None else "auto"
         source = "%s=%s" % (ENV, env)
     else:
         source = "--cuda-aware %s" % setting

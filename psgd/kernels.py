@@ -9,10 +9,9 @@ temporaries. numexpr (optional) is used only when PSGD_ACCEL=numexpr: on the
 2-core machine of BENCHMARKS.md its per-element cost lost to the blocked NumPy
 path at every size, threaded or not. PSGD_ACCEL=numpy forces NumPy.
 """
-import os
-
 import numpy as np
 
+from . import settings
 from .backend import cupy_module
 
 try:  # optional accelerator
@@ -32,7 +31,7 @@ def _on_gpu(a):
 
 
 def _use_numexpr(a):
-    if numexpr is None or os.environ.get("PSGD_ACCEL", "auto") != "numexpr":
+    if numexpr is None or settings.get("PSGD_ACCEL") != "numexpr":
         return False
     return a.size >= NUMEXPR_MIN_SIZE
 

@@ -1,73 +1,27 @@
-"""The MPI layer: a node's place in the job, the wire constants, and
-buffer-based (never pickling) exchanges of flat buffers, chunked above a
-configurable element count so buffers past MPI's int limit still go through.
+"""The MPI layer: a node's place in the job, and buffer-based (never
+pickling) exchanges of flat buffers, chunked above a configurable element
+count so buffers past MPI's int limit still go through.
 """
-import os
-
 import numpy as np
 from mpi4py import MPI
 
 from . import cuda_aware as _cuda_aware
-from . import mpi_async
+from . import mpi_async, settings
 from .backend import array_module
 from .errors import UsageError
+from .protocol import TAG_MODEL
 
-# Wire protocol of the server algorithms (docs/protocol.md).
-TAG_MSG = 0
-TAG_MODEL = 1
-MSG_SYNC = 0
-MSG_FINISHED = 1
-MESSAGES = {MSG_SYNC: "SYNC", MSG_FINISHED: "FINISHED"}
 MAIN_RANK = 0
-
-# MPI counts are C ints; stay below 2**31 elements per call. Tests shrink it.
-DEFAULT_CHUNK = 2 ** 30
-_environment_problems = []
-
-
-def _env_count(name, default, minimum):
-    """An element count from the environment; a bad value keeps `default`
-    and is reported by check_environment() (a traceback at import would be
-    the only word otherwise)."""
-    text = os.environ.get(name, "").strip()
-    if not text:
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        value = None
-    if value is None or value < minimum:
-        _environment_problems.append("%s=%r: must be a whole number >= %d" % (
-            name, text, minimum))
-        return default
-    return value
-
-
-def check_environment():
-    """Raise UsageError naming the first PSGD_MPI_* variable that is not a
-    valid count (psgd.create calls it on every rank)."""
-    if _environment_problems:
-        raise UsageError(_environment_problems[0])
-
-
-_chunk = _env_count("PSGD_MPI_CHUNK", DEFAULT_CHUNK, 1)
-
-
-def set_chunk_elements(n):
-    """Largest element count of one MPI call; returns the previous value."""
-    global _chunk
-    if int(n) < 1:
-        raise ValueError("chunk size must be >= 1, got %r" % (n,))
-    old, _chunk = _chunk, int(n)
-    return old
 
 
 def chunk_elements():
-    return _chunk
+    """The most elements of one MPI call (PSGD_MPI_CHUNK)."""
+    return settings.get("PSGD_MPI_CHUNK")
 
 
 def _chunks(size, step=None):
-    step = min(step or _chunk, _chunk)
+    most = chunk_elements()
+    step = min(step or most, most)
     for start in range(0, size, step):
         yield start, min(start + step, size)
     if size == 0:

@@ -16,12 +16,11 @@ collective one and every rank's model is on a GPU where NCCL loads; nccl
 insists (a one-line error on every rank naming the ranks without it);
 mpi never takes it. The server algorithms stay on MPI (point-to-point).
 """
-import os
 
 import numpy as np
 from mpi4py import MPI
 
-from . import mpi
+from . import mpi, settings
 from .backend import cupy_module
 from .errors import UsageError
 
@@ -41,7 +40,7 @@ def configure(setting=None):
     """The process's setting: `setting` (the flag) wins over PSGD_EXCHANGE,
     which wins over auto."""
     if setting is None:
-        env = os.environ.get(ENV, "").strip()
+        env = settings.get(ENV)
         setting = parse(env, ENV) if env else "auto"
     _state["setting"] = parse(setting)
     return _state["setting"]

@@ -19,31 +19,19 @@ sent first, each updated once sent) its round trip got worse: 1.31x ->
 1.58x its floor at 1e6, 1.16x -> 1.66x at 1e8. Every rank must use the
 same piece size (psgd.create checks it).
 """
-from . import mpi
-
-DEFAULT_SERVER_PIECE = 1 << 18      # elements per model message (1 MB of float32)
-_piece = mpi._env_count("PSGD_MPI_SERVER_PIECE", DEFAULT_SERVER_PIECE, 0)
+from . import mpi, settings
 
 
 def server_piece():
-    """Elements per model message of the server algorithms (0: one message)."""
-    return _piece
-
-
-def set_server_piece(n):
-    """Elements per model message for server algorithms created from now on
-    (0: one message); returns the previous value. Env: PSGD_MPI_SERVER_PIECE."""
-    global _piece
-    if int(n) < 0:
-        raise ValueError("server piece must be >= 0, got %r" % (n,))
-    old, _piece = _piece, int(n)
-    return old
+    """Elements per model message of the server algorithms (0: one message;
+    PSGD_MPI_SERVER_PIECE)."""
+    return settings.get("PSGD_MPI_SERVER_PIECE")
 
 
 def server_part(exchange, lo, hi, in_pieces):
     """An Exchange on elements [lo, hi) of `exchange`'s buffer that sends
     and receives in server pieces (in_pieces) or in one message."""
-    return mpi.exchange_part(exchange, lo, hi, (_piece or None) if in_pieces else None)
+    return mpi.exchange_part(exchange, lo, hi, (server_piece() or None) if in_pieces else None)
 
 
 def serve(incoming, center, source, update, reply=True, received=False):

@@ -26,63 +26,28 @@ of a device buffer sums in one blocking call (the library pipelines its own
 copies there); only host memory (a host buffer, or a device buffer's pinned
 mirror) is pipelined.
 """
-import os
-
 from mpi4py import MPI
 
-from . import mpi
+from . import mpi, settings
 
-DEFAULT_PIPELINE_CHUNK = 1 << 19    # elements per Iallreduce (2 MB of float32)
 ONE_HOST_THRESHOLD = 1 << 22        # ranks on one host: smaller buffers (16 MB) in one call
 ACROSS_HOSTS_THRESHOLD = 0          # ranks on several hosts: every buffer of > 1 chunk
 PROGRESS_BLOCK = 1 << 16            # host elements between two Tests
 PIPELINE_DEPTH = 2                  # chunks in flight at once
-_KEEP = object()
-
-
-def _env_threshold():
-    """PSGD_MPI_PIPELINE_THRESHOLD, or None (unset): by the path of the bytes."""
-    if not os.environ.get("PSGD_MPI_PIPELINE_THRESHOLD", "").strip():
-        return None
-    return mpi._env_count("PSGD_MPI_PIPELINE_THRESHOLD", None, 0)
-
-
-_pipeline = {"chunk": mpi._env_count("PSGD_MPI_PIPELINE_CHUNK", DEFAULT_PIPELINE_CHUNK, 1),
-             "threshold": _env_threshold()}
-
-
-def set_pipeline(chunk=None, threshold=_KEEP):
-    """Elements per pipelined chunk and the smallest buffer that is
-    pipelined, whatever the path (0: every buffer with more than one chunk;
-    a huge value: never; None: by the path, as by default); returns the
-    previous (chunk, threshold). Env: PSGD_MPI_PIPELINE_CHUNK,
-    PSGD_MPI_PIPELINE_THRESHOLD."""
-    old = (_pipeline["chunk"], _pipeline["threshold"])
-    if chunk is not None:
-        if int(chunk) < 1:
-            raise ValueError("pipeline chunk must be >= 1, got %r" % (chunk,))
-        _pipeline["chunk"] = int(chunk)
-    if threshold is not _KEEP:
-        _pipeline["threshold"] = None if threshold is None else max(0, int(threshold))
-    return old
-
-
-def settings():
-    """(chunk, threshold) as set (threshold None: by the path of the bytes);
-    psgd.create compares them across the ranks."""
-    return _pipeline["chunk"], _pipeline["threshold"]
 
 
 def pipeline_chunk():
-    """Elements per pipelined Iallreduce (never above the MPI count limit)."""
-    return min(_pipeline["chunk"], mpi.chunk_elements())
+    """Elements per pipelined Iallreduce (PSGD_MPI_PIPELINE_CHUNK, never
+    above the MPI count limit)."""
+    return min(settings.get("PSGD_MPI_PIPELINE_CHUNK"), mpi.chunk_elements())
 
 
 def pipeline_threshold(across_hosts=False):
     """The smallest buffer pipelined on a communicator within one host or
     across several."""
-    if _pipeline["threshold"] is not None:
-        return _pipeline["threshold"]
+    threshold = settings.get("PSGD_MPI_PIPELINE_THRESHOLD")   # 0: every buffer of > 1 chunk
+    if threshold is not None:
+        return threshold
     return ACROSS_HOSTS_THRESHOLD if across_hosts else ONE_HOST_THRESHOLD
 
 

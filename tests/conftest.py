@@ -18,6 +18,17 @@ def comm():
 
 
 @pytest.fixture
+def setting():
+    """setting(NAME, value): a PSGD_* setting for this test (psgd.settings;
+    None: its default), the previous value back after it."""
+    from psgd import settings
+    saved = []
+    yield lambda name, value: saved.append((name, settings.set(name, value)))
+    for name, old in reversed(saved):
+        settings.set(name, old)
+
+
+@pytest.fixture
 def sim():
     """The simulated device (tests/simcupy), fresh, as psgd's cupy backend."""
     import simcupy

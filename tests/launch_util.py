@@ -68,7 +68,7 @@ def mpi_env():
 
 # What a python_job's body can use without importing it.
 PYTHON_JOB_PRELUDE = ("import sys, time\nimport numpy as np\nfrom mpi4py import MPI\nimport psgd\n"
-                      "from psgd import agreement, mpi\nfrom psgd.errors import ProtocolError\n")
+                      "from psgd import agreement, mpi, protocol\nfrom psgd.errors import ProtocolError\n")
 
 
 def python_job(np, body, hook=True, timeout=90):

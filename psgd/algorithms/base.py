@@ -11,6 +11,7 @@ from mpi4py import MPI
 
 from .. import agreement, mpi, nccl, pipeline, trace
 from ..errors import UsageError
+from .sample_count import check_count
 
 REGISTRY = {}
 
@@ -305,7 +306,7 @@ class CollectiveWorker(Algorithm):
 
     def synchronize(self, n_k):
         self.check_running()
-        n_k, problem = _check_count(n_k, self.node.size)
+        n_k, problem = check_count(n_k, self.node.size)
         rec = trace.recorder
         if rec is not None:
             start = trace.now()
@@ -393,17 +394,3 @@ class CollectiveWorker(Algorithm):
     def finish(self):
         """Called once when every worker has finished (synchronize -> False)."""
 
-
-INT64_MAX = 2 ** 63 - 1
-
-
-def _check_count(n_k, ranks=1):
-    """(count, None) or (0, problem text) for a bad sample count. The counts
-    are summed in int64 over `ranks` ranks: each must be at most
-    INT64_MAX // ranks, or the sum could wrap and turn the weights negative."""
-    if isinstance(n_k, (bool, np.bool_)) or not isinstance(n_k, numbers.Integral) or n_k < 0:
-        return 0, "synchronize(n_k): n_k must be a non-negative integer, got %r" % (n_k,)
-    if n_k > INT64_MAX // ranks:
-        return 0, ("synchronize(n_k): n_k = %d is too large: the sum over %d ranks must fit "
-                   "in int64 (n_k <= %d)" % (n_k, ranks, INT64_MAX // ranks))
-    return int(n_k), None

@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from .. import agreement, mpi, nccl, pieces, pipeline
+from .. import agreement, mpi, nccl, settings
 from ..backend import array_module, off_device
 from ..buffers import FlatBuffer
 from ..errors import UsageError
@@ -26,18 +26,19 @@ def describe(name, options, buffer, grad_buffer, stat_buffer=None, servers=1, ki
 
 
 def message_settings(server_based):
-    """Every setting (environment or set_*) that decides how a sync is cut
+    """Every setting (psgd/settings.py) that decides how a sync is cut
     into MPI messages: two ranks that cut it differently post calls that never
     match (a hang), or MPI's own error. The pipeline shapes only the
     collective algorithms' sums, the server piece only the server
     algorithms' model messages."""
-    chunk, threshold = pipeline.settings()
-    return {"MPI chunk (PSGD_MPI_CHUNK)": mpi.chunk_elements(),
-            "pipeline chunk (PSGD_MPI_PIPELINE_CHUNK)": None if server_based else chunk,
-            "pipeline threshold (PSGD_MPI_PIPELINE_THRESHOLD)":
+    threshold = settings.get("PSGD_MPI_PIPELINE_THRESHOLD")
+    return {settings.label("PSGD_MPI_CHUNK"): settings.get("PSGD_MPI_CHUNK"),
+            settings.label("PSGD_MPI_PIPELINE_CHUNK"):
+                None if server_based else settings.get("PSGD_MPI_PIPELINE_CHUNK"),
+            settings.label("PSGD_MPI_PIPELINE_THRESHOLD"):
                 None if server_based else ("by the path" if threshold is None else threshold),
-            "server piece (PSGD_MPI_SERVER_PIECE)": pieces.server_piece() if server_based
-            else None}
+            settings.label("PSGD_MPI_SERVER_PIECE"):
+                settings.get("PSGD_MPI_SERVER_PIECE") if server_based else None}
 
 
 def create(name, params, comm=None, grads=None, stats=None, servers=None, exchange=None,
@@ -58,7 +59,9 @@ def create(name, params, comm=None, grads=None, stats=None, servers=None, exchan
     error, cls, resolved, buffer, grad_buffer = None, None, None, None, None
     stat_buffer = None
     try:
-        mpi.check_environment()
+        problem = settings.problem()
+        if problem is not None:
+            raise UsageError(problem)
         kind = nccl.parse(exchange, "exchange") if exchange is not None else nccl.setting()
         if name not in REGISTRY:
             raise UsageError("unknown algorithm %r; valid: %s" % (name, ", ".join(REGISTRY)))

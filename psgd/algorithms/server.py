@@ -15,14 +15,10 @@ instead, drains whatever they still send, waits for each one's FINISHED and
 raises ProtocolError; every worker raises the same error out of its
 synchronize/stop. No rank is left blocked and no message is left unreceived.
 
-Fairness. The server keeps one Irecv posted per worker for its next control
-message, polls them all with Testsome, and appends what arrived to a FIFO
-(arrivals seen in the same poll go in round-robin order, starting after the
-last worker served). It serves the head of the FIFO, then re-posts that
-worker's Irecv. A worker has at most one control message outstanding, so once
-its message is queued every other worker is served at most once before it: a
-worker in a tight loop cannot starve the others (MPI's ANY_SOURCE matching
-makes no such promise). Each log entry records when its message was seen.
+Fairness. The server serves the head of its ControlQueue (control_queue.py:
+one Irecv per worker, arrivals in round-robin order), then re-posts that
+worker's Irecv, so a worker in a tight loop cannot starve the others. Each log
+entry records when its message was seen.
 
 Shards. With `servers = S` > 1, ranks 0..S-1 each serve one contiguous shard
 [lo, hi) of the flat buffer (buffers.shard_bounds) with this same loop: their
@@ -40,7 +36,6 @@ backoff up to `poll_max_sleep` otherwise (waiting.py), because MPICH and Open
 MPI spin in a blocking receive. While it serves a worker the server uses
 blocking calls: that time is busy.
 """
-import collections
 import time
 
 import numpy as np
@@ -49,23 +44,14 @@ from mpi4py import MPI
 from .. import mpi, pieces, trace
 from ..buffers import host_copy, shard_bounds
 from ..errors import ProtocolError, UsageError
+from ..protocol import (CONTROL_SLOTS, MSG_FINISHED, NOTICE_DONE, NOTICE_SERVER_ERROR,
+                        TAG_MSG, TAG_SHARD, notice_text)
 from .base import Algorithm, Option
+from .control_queue import ControlQueue
 from .server_failure import GivingUp
 from .server_stats import ServerStats, Service  # noqa: F401  (re-exported)
 from .service_order import ServiceOrder
 from .waiting import Waiter
-
-TAG_SHARD = 3                  # servers 1..S-1 -> rank 0: the shards of the center, after run()
-CONTROL_SLOTS = 4              # room to receive (and report) an over-long control message
-NOTICE_DONE, NOTICE_UNKNOWN, NOTICE_MALFORMED, NOTICE_SERVER_ERROR = 0, 1, 2, 3
-
-
-def notice_text(code, sender, value):
-    """What a failure notice [code, sender, value] says happened."""
-    return {NOTICE_UNKNOWN: "unknown control message %d from rank %d" % (value, sender),
-            NOTICE_MALFORMED: "malformed control message from rank %d" % sender,
-            }.get(code, "it failed (see rank %d's error)" % sender)
-
 
 def _sleep_range(v):
     return None if 0.0 <= v <= 1.0 else "must be between 0 and 1 second"
@@ -115,14 +101,10 @@ class Server(GivingUp, Algorithm):
         self.finished = []                          # (rank, syncs served when it finished)
         self.stats = None
         self.failure = None
-        self._control = np.zeros((self.node.size, CONTROL_SLOTS), dtype=np.int64)
-        self._notice_sent = None                    # [code, sender, value] when it gave up
-        self._requests = [MPI.REQUEST_NULL] * len(self.workers_ranks)
-        self._statuses = [MPI.Status() for _ in self.workers_ranks]
-        self._queue = collections.deque()           # (rank, message, n_k, arrived)
-        self._last = 0
+        self.notice_sent = None                     # [code, sender, value] when it gave up
+        self.control = ControlQueue(self.comm, self.servers, self.node.size,
+                                    Waiter(self.poll_max_sleep))
         self._new_round = False
-        self._waiter = Waiter(self.poll_max_sleep)
         super().initialized()                       # restart(): started_from
 
     def begin_round(self):
@@ -145,10 +127,10 @@ class Server(GivingUp, Algorithm):
         deadline = time.time() + 1.0
         control = np.zeros(CONTROL_SLOTS, dtype=np.int64)
         while time.time() < deadline:
-            if self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=mpi.TAG_MSG):
+            if self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_MSG):
                 # a worker's FINISHED needs no answer; a sync waits for one
-                self.comm.Recv([control, MPI.INT64_T], source=MPI.ANY_SOURCE, tag=mpi.TAG_MSG)
-                if control[0] != mpi.MSG_FINISHED:
+                self.comm.Recv([control, MPI.INT64_T], source=MPI.ANY_SOURCE, tag=TAG_MSG)
+                if control[0] != MSG_FINISHED:
                     which = ("the %s server" if self.servers == 1 else
                              "one of the %s servers") % self.name
                     return "abort", "rank %d, %s, exits without ever calling run() while " \
@@ -196,22 +178,22 @@ class Server(GivingUp, Algorithm):
 
     def _serve_all(self, stats):
         for rank in self.workers_ranks:
-            self._post(rank)
+            self.control.post(rank)
         follows = self.order is not None and not self.order.leads
         while self.running:
             if follows:
                 entry = self.order.next_entry(self, stats)
             else:
-                if self._queue:
-                    self._poll(block=False)
+                if self.control:
+                    self.poll_control(block=False)
                 else:
                     start = time.perf_counter()
                     idle = trace.now() if trace.recorder is not None else None
-                    self._poll(block=True)
+                    self.poll_control(block=True)
                     stats.idle_s += time.perf_counter() - start
                     if idle is not None:
                         trace.recorder.part(trace.IDLE, idle, trace.now())
-                entry = self._queue.popleft()
+                entry = self.control.popleft()
             start = time.perf_counter()
             rec = trace.recorder
             if rec is not None:
@@ -224,7 +206,7 @@ class Server(GivingUp, Algorithm):
                 self._give_up(NOTICE_SERVER_ERROR, self.node.rank, 0, None)
                 raise
             stats.busy_s += time.perf_counter() - start
-            if rec is not None and entry[1] != mpi.MSG_FINISHED:
+            if rec is not None and entry[1] != MSG_FINISHED:
                 rec.add(trace.SERVE, began, trace.now(), {
                     "worker": entry[0], "sync": self.syncs - 1, "staleness": self.staleness})
 
@@ -243,7 +225,7 @@ class Server(GivingUp, Algorithm):
             return
         mine = np.zeros(5, dtype=np.int64)
         if failed:
-            mine[:4] = (1, *(self._notice_sent if self._notice_sent is not None
+            mine[:4] = (1, *(self.notice_sent if self.notice_sent is not None
                              else (NOTICE_SERVER_ERROR, self.node.rank, 0)))
         if self.order is not None:
             mine[4] = self.order.sent               # the leader's count of orders
@@ -272,10 +254,10 @@ class Server(GivingUp, Algorithm):
         super().close()
 
     def _dispatch(self, rank, message, n_k, arrived):
-        self._last = rank
+        self.control.last_served = rank
         if self.order is not None and self.order.leads:
             self.order.tell(rank)
-        if message == mpi.MSG_FINISHED:
+        if message == MSG_FINISHED:
             self._notify(rank, NOTICE_DONE)
             self.running.discard(rank)
             self.finished.append((rank, self.syncs))
@@ -292,7 +274,7 @@ class Server(GivingUp, Algorithm):
         self.samples += n_k
         self.stats.per_worker[rank][0] += 1
         self.stats.per_worker[rank][1] += n_k
-        self._post(rank)
+        self.control.post(rank)
         self.after_sync(rank)
 
     def serve(self, rank):
@@ -317,46 +299,10 @@ class Server(GivingUp, Algorithm):
         for i in range(len(self.log) - len(ranks), len(self.log)):
             self.log[i] = self.log[i]._replace(reply=self.syncs)
 
-    # control messages ----------------------------------------------------------
-    def _post(self, rank):
-        self._requests[rank - self.servers] = self.comm.Irecv(
-            [self._control[rank], MPI.INT64_T], source=rank, tag=mpi.TAG_MSG)
-
-    def _poll(self, block, failing=False):
-        """Queue the control messages that arrived; with `block`, wait (the
-        Waiter's policy) until at least one has. Returns the bad ones (failing mode)."""
-        def arrivals():     # None while nothing has arrived
-            done = MPI.Request.Testsome(self._requests, self._statuses)
-            return None if done == [] else (done,)
-        if block:
-            (done,) = self._waiter.wait(arrivals, self.stats)
-        else:
-            done = MPI.Request.Testsome(self._requests, self._statuses)
-        bad = []
-        size = self.node.size
-        # Seen in the same poll: round-robin, starting after the last one served.
-        first = self.servers
-        order = sorted(range(len(done or ())),
-                       key=lambda j: (done[j] + first - self._last - 1) % size)
-        for j in order:
-            rank = done[j] + first
-            count = self._statuses[j].Get_count(MPI.INT64_T)
-            message, n_k = int(self._control[rank, 0]), int(self._control[rank, 1])
-            if count != 2:
-                bad.append((NOTICE_MALFORMED, rank, count * 8,
-                            "malformed control message from rank %d (%d bytes, expected 16)"
-                            % (rank, count * 8)))
-            elif message not in mpi.MESSAGES:
-                bad.append((NOTICE_UNKNOWN, rank, message,
-                            "unknown control message %d from rank %d (expected %s)" % (
-                                message, rank, " or ".join(
-                                    "%d = %s" % kv for kv in sorted(mpi.MESSAGES.items())))))
-            elif n_k < 0:
-                bad.append((NOTICE_MALFORMED, rank, n_k,
-                            "negative sample count %d from rank %d" % (n_k, rank)))
-            else:
-                self._queue.append((rank, message, n_k, self.syncs))
-        if bad and not failing:
+    def poll_control(self, block):
+        """Queue the control messages that arrived (with `block`, wait for
+        one); the first bad one makes the server give up."""
+        bad = self.control.poll(block, self.stats, self.syncs)
+        if bad:
             code, rank, value, text = bad[0]
             self._give_up(code, rank, value, text)
-        return bad

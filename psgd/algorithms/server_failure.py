@@ -7,47 +7,44 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .. import mpi
 from ..errors import ProtocolError
-from .service_order import LEADER_FAILED
+from ..protocol import LEADER_FAILED, MSG_SYNC, TAG_MODEL, TAG_NOTICE
 from .waiting import FIRST_SLEEP
 
-# TAG_MSG = 0 and TAG_MODEL = 1 are the contract's; the notices ("done", or why
-# the server gave up) get their own.
-TAG_NOTICE = 2
 
 class GivingUp:
-    """Mixin of Server: the failure path over its control-message queue."""
+    """Mixin of Server: the failure path over its ControlQueue (self.control)."""
 
     def _give_up(self, code, sender, value, text):
         """Tell every running worker, drain what they still send, wait for each
         one's FINISHED, then raise (the original error is re-raised by run)."""
-        self._notice_sent = (code, sender, value)
+        self.notice_sent = (code, sender, value)
         if self.order is not None and self.order.leads:
             self.order.tell(LEADER_FAILED)
         for rank in sorted(self.running):
             self._notify(rank, code, sender, value)
         waiting = set(self.running)       # the sender too: it is a psgd worker and will answer
-        queued = {entry[0] for entry in self._queue}
-        for rank in waiting - queued:     # the sender, or the one being served when an update failed
-            if self._requests[rank - self.servers] == MPI.REQUEST_NULL:
-                self._post(rank)
+        control = self.control
+        # the sender, or the one being served when an update failed
+        for rank in waiting - control.ranks():
+            if not control.posted(rank):
+                control.post(rank)
         delay = FIRST_SLEEP
         while waiting:
             drained = self._drain_models()
-            while self._queue:
-                rank, message, _, _ = self._queue.popleft()
-                if message == mpi.MSG_SYNC:          # its payload is drained as it comes
-                    self._post(rank)
+            while control:
+                rank, message, _, _ = control.popleft()
+                if message == MSG_SYNC:              # its payload is drained as it comes
+                    control.post(rank)
                 else:
                     waiting.discard(rank)
-            if waiting and all(r == MPI.REQUEST_NULL for r in self._requests):
+            if waiting and not control.listening():
                 break                                # nothing more can arrive
             if waiting:
-                bad = self._poll(block=False, failing=True)
+                bad = control.poll(False, self.stats, self.syncs)
                 for _, rank, _, _ in bad:
                     waiting.discard(rank)
-                if drained or bad or self._queue:
+                if drained or bad or control:
                     delay = FIRST_SLEEP
                 else:
                     time.sleep(delay)
@@ -62,9 +59,9 @@ class GivingUp:
         KiB in Open MPI's shared memory) a worker's send, and so its answer to
         the notice, waits until the server receives it."""
         status, count = MPI.Status(), 0
-        while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=mpi.TAG_MODEL, status=status):
+        while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_MODEL, status=status):
             scratch = np.empty(status.Get_count(MPI.BYTE), dtype=np.uint8)  # host: dropped
-            self.comm.Recv([scratch, MPI.BYTE], source=status.Get_source(), tag=mpi.TAG_MODEL)
+            self.comm.Recv([scratch, MPI.BYTE], source=status.Get_source(), tag=TAG_MODEL)
             count += 1
         return count
 

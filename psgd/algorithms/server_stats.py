@@ -38,9 +38,19 @@ class ServerStats:
 
     @property
     def staleness_mean(self):
-        total = sum(self.staleness)
-        return sum(i * c for i, c in enumerate(self.staleness)) / total if total else 0.0
+        return staleness_mean(self.staleness)
 
     @property
     def staleness_max(self):
-        return max((i for i, c in enumerate(self.staleness) if c), default=0)
+        return staleness_max(self.staleness)
+
+
+def staleness_mean(histogram):
+    """The mean staleness of a histogram ([i]: syncs of staleness i); 0 when empty."""
+    total = sum(histogram)
+    return sum(i * c for i, c in enumerate(histogram)) / total if total else 0.0
+
+
+def staleness_max(histogram):
+    """The largest staleness a histogram holds; 0 when empty."""
+    return max((i for i, c in enumerate(histogram) if c), default=0)

@@ -10,9 +10,9 @@ from mpi4py import MPI
 from .. import mpi, pieces, trace
 from ..buffers import shard_bounds
 from ..errors import ProtocolError, UsageError
-from .base import Algorithm, _check_count
-from .server import NOTICE_DONE, notice_text
-from .server_failure import TAG_NOTICE
+from ..protocol import MSG_FINISHED, MSG_SYNC, NOTICE_DONE, TAG_MSG, TAG_NOTICE, notice_text
+from .base import Algorithm
+from .sample_count import check_count
 from .waiting import Waiter
 
 NO_NOTICE = -1      # a notice slot not yet written
@@ -56,7 +56,7 @@ class ServerWorker(Algorithm):
         rec = trace.recorder
         if rec is not None:
             start = trace.now()
-        self._send_control(mpi.MSG_SYNC, n_k)
+        self._send_control(MSG_SYNC, n_k)
         self.exchange_with_server()
         if rec is not None:
             rec.sync(start, trace.now(), self.syncs, collective=False)
@@ -73,7 +73,7 @@ class ServerWorker(Algorithm):
         if n_k > 0:
             self.synchronize(n_k)
         self._check_running()
-        self._send_control(mpi.MSG_FINISHED, 0)
+        self._send_control(MSG_FINISHED, 0)
         self.stopped, self.in_round = True, False
         MPI.Request.Waitall(self._notice_requests)   # "done", or why a server gave up
         if (self._notice[:, 0] != NOTICE_DONE).any():
@@ -171,16 +171,16 @@ class ServerWorker(Algorithm):
     def stop_at_exit(self):
         """FINISHED to the server, without waiting for its answer: it may
         never come (the server may be exiting too)."""
-        self._send_control(mpi.MSG_FINISHED, 0)
+        self._send_control(MSG_FINISHED, 0)
         self.stopped = True
 
     def _send_control(self, message, n_k):
         self._control[:] = (message, n_k)
         for server in range(self.servers):
-            self.comm.Send([self._control, MPI.INT64_T], dest=server, tag=mpi.TAG_MSG)
+            self.comm.Send([self._control, MPI.INT64_T], dest=server, tag=TAG_MSG)
 
     def _count(self, n_k, call):
-        n_k, problem = _check_count(n_k, self.node.size)
+        n_k, problem = check_count(n_k, self.node.size)
         if problem:
             raise UsageError(problem.replace("synchronize(", call + "("))
         return n_k
@@ -199,7 +199,7 @@ class ServerWorker(Algorithm):
         waits for it, the others end this worker's round), each one's last
         notice received, then raise the first failing server's reason."""
         if acknowledge:
-            self._send_control(mpi.MSG_FINISHED, 0)
+            self._send_control(MSG_FINISHED, 0)
             MPI.Request.Waitall(self._notice_requests)
         gone = [s for s in range(self.servers)
                 if self._notice[s, 0] not in (NO_NOTICE, NOTICE_DONE)]

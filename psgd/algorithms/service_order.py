@@ -13,8 +13,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-TAG_ORDER = 4
-LEADER_FAILED = -1
+from ..protocol import LEADER_FAILED, TAG_ORDER
 
 
 class ServiceOrder:
@@ -48,21 +47,22 @@ class ServiceOrder:
         return self._head
 
     def next_entry(self, server, stats):
-        """A follower's next queue entry (rank, message, n_k, arrived): the
-        one rank 0 dispatched next, waited for by the server's Waiter."""
+        """A follower's next entry of the server's ControlQueue (rank,
+        message, n_k, arrived): the one rank 0 dispatched next, waited for
+        by the queue's Waiter. The server gives up on a bad message, or when
+        rank 0 has."""
+        control = server.control
         def ready():        # None until the order and that worker's message are both in
             rank = self.head()
             if rank == LEADER_FAILED:
                 server.give_up_after_leader()
-            server._poll(block=False)
-            for i, entry in enumerate(server._queue):
-                if entry[0] == rank:
-                    del server._queue[i]
-                    self._head = None
-                    return entry
-            return None
+            server.poll_control(block=False)
+            entry = control.take(rank)
+            if entry is not None:
+                self._head = None
+            return entry
         start = time.perf_counter()
-        entry = server._waiter.wait(ready, stats)
+        entry = control.waiter.wait(ready, stats)
         stats.idle_s += time.perf_counter() - start
         return entry
 

@@ -17,7 +17,8 @@ from mpi4py import MPI
 from .. import agreement, mpi, trace
 from ..buffers import FlatBuffer, host_copy
 from ..errors import CollectiveUsageError, UsageError
-from .base import CollectiveWorker, _check_count, register
+from .base import CollectiveWorker, register
+from .sample_count import check_count
 
 COUNT, BAD = -2, -1     # the tail: this rank's b_k (summed: b), ranks with a bad b_k
 
@@ -64,7 +65,7 @@ class SyncGrad(CollectiveWorker):
         """Check b_k (a bad one is flagged in the tail, so every rank raises
         after the sum) and write it into the tail."""
         self.check_running()
-        self._b_k, self._problem = _check_count(b_k, self.node.size)
+        self._b_k, self._problem = check_count(b_k, self.node.size)
         tail = self._wire[COUNT:]
         tail[0] = self._b_k
         tail[1] = self._problem is not None

@@ -12,9 +12,11 @@ import zipfile
 
 import numpy as np
 
+from .. import settings
+
 
 def default_cache_dir():
-    return os.environ.get("PSGD_CACHE_DIR") or os.path.join(
+    return settings.get("PSGD_CACHE_DIR") or os.path.join(
         os.path.expanduser("~"), ".cache", "psgd")
 
 

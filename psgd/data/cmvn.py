@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from psgd.backend import array_module
+from psgd.backend import array_module, to_numpy
 from psgd.errors import UsageError
 
 VAR_FLOOR = 1e-10
@@ -30,8 +30,7 @@ class CmvnStats:
         """Statistics of frames x (N, F), accumulated in float64 on x's device."""
         xp = array_module(x)
         x64 = x.astype(xp.float64)
-        to_host = (lambda a: a.get()) if xp is not np else np.asarray
-        return cls(float(x.shape[0]), to_host(x64.sum(axis=0)), to_host((x64 * x64).sum(axis=0)))
+        return cls(float(x.shape[0]), to_numpy(x64.sum(axis=0)), to_numpy((x64 * x64).sum(axis=0)))
 
     @property
     def dim(self):

@@ -15,10 +15,8 @@ import numpy as np
 
 from psgd.errors import UsageError
 
-from .cli import OneLineParser, boolean, run
-from .feature_transform import FeatureTransform
-from .nnet1 import info
-from .priors import read_counts
+from psgd.command_line import OneLineParser, boolean, run
+from psgd.kaldi_io import FeatureTransform, info, read_counts
 
 PROG = "psgd.kaldi"
 
@@ -66,8 +64,7 @@ def convert(args):
 
 def show_info(args):
     from psgd.train.model_files import is_npz, read_model
-    from .convert import layers_of
-    from .nnet1 import read_nnet
+    from psgd.kaldi_io import layers_of, read_nnet
     if is_npz(args.file):
         layers = layers_of(read_model(args.file)[0], name=args.file)
     else:

@@ -23,11 +23,9 @@ import sys
 from psgd.atomic import atomic_write
 from psgd.errors import UsageError
 
-from . import wspecifier
-from .cli import OneLineParser, finite, run
-from .feature_transform import FeatureTransform
-from .posteriors import log_posteriors, pseudo_log_likelihoods
-from .priors import log_priors, read_counts
+from psgd.command_line import OneLineParser, finite, run
+from psgd.kaldi_io import (FeatureTransform, log_posteriors, log_priors, pseudo_log_likelihoods,
+                           read_counts, wspecifier)
 
 PROG = "psgd.kaldi.forward"
 

@@ -6,10 +6,10 @@ g, w and the state once and write them once. Used only when the arrays are
 CuPy arrays (`usable(xp)`); the host path never imports CuPy. Set
 PSGD_NO_FUSED=1 to force the unfused path (for comparisons).
 """
-import os
 
 import numpy as np
 
+from .. import settings
 from ..backend import cupy_module
 
 _KERNELS = {}
@@ -35,7 +35,7 @@ _MOMENTUM = (
 
 
 def usable(xp):
-    return xp is not np and not os.environ.get("PSGD_NO_FUSED")
+    return xp is not np and not settings.get("PSGD_NO_FUSED")
 
 
 def _kernel(spec):

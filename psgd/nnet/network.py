@@ -25,14 +25,10 @@ stable form), while `predict` applies it.
 """
 import numpy as np
 
+from ..backend import to_numpy
 from ..buffers import FlatBuffer
 from ..errors import UsageError
 from .loss import count_correct, get_loss
-
-
-def _to_host(array):
-    return array.get() if hasattr(array, "get") and not isinstance(array, np.ndarray) \
-        else np.array(array)
 
 
 class Network:
@@ -183,8 +179,8 @@ class Network:
     # --- checkpoints ----------------------------------------------------------
     def state_dict(self):
         """{name: numpy copy} of every parameter and stat."""
-        out = {n: _to_host(v) for n, v in zip(self.param_names, self.params)}
-        out.update({n: _to_host(v) for n, v in zip(self.stat_names, self.stat_buffer.views)})
+        out = {n: to_numpy(v, copy=True) for n, v in zip(self.param_names, self.params)}
+        out.update({n: to_numpy(v, copy=True) for n, v in zip(self.stat_names, self.stat_buffer.views)})
         return out
 
     def load_state_dict(self, state):

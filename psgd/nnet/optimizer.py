@@ -21,16 +21,12 @@ import math
 
 import numpy as np
 
-from ..backend import array_module
+from ..backend import array_module, to_numpy
 from ..errors import UsageError
 
 
 def _module_of(array):
     return array_module(array)
-
-
-def _to_host(array):
-    return array.get() if not isinstance(array, np.ndarray) else array.copy()
 
 
 class Optimizer:
@@ -147,7 +143,7 @@ class Optimizer:
             value = getattr(self, slot)
             if value is None and self._loaded is not None:
                 value = self._loaded[slot]
-            state[slot] = None if value is None else _to_host(value)
+            state[slot] = None if value is None else to_numpy(value, copy=True)
         return state
 
     def load_state_dict(self, state):

@@ -18,9 +18,9 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import agreement
+from ..atomic import atomic_write, remove_debris
 from ..errors import UsageError
 from . import model_io
-from .outputs import atomic_write
 
 LATEST = "LATEST"
 KEEP = 2
@@ -55,8 +55,8 @@ class Checkpointer:
             try:
                 self._point_latest(os.path.basename(folder))
                 self._prune(epoch)
-                _remove_leftovers(folder)
-                _remove_leftovers(self.directory)   # a LATEST being written when killed
+                remove_debris(folder, any_writer=True)
+                remove_debris(self.directory, any_writer=True)  # a LATEST being written when killed
             except OSError as exc:      # a full disk: LATEST still names the last checkpoint
                 error = UsageError("checkpoint %s: %s" % (folder, exc))
         agreement.agree(self.comm, error)           # the others wait for LATEST here
@@ -230,17 +230,6 @@ def _count(comm, flag):
     n = np.array([int(bool(flag))], dtype=np.int64)
     comm.Allreduce(MPI.IN_PLACE, [n, MPI.INT64_T], op=MPI.SUM)
     return int(n[0])
-
-
-def _remove_leftovers(folder):
-    """Temporary files of writers killed in an earlier attempt at this folder
-    (every rank's write of this attempt has completed by now)."""
-    for name in os.listdir(folder):
-        if name.startswith(".tmp-"):
-            try:
-                os.unlink(os.path.join(folder, name))
-            except OSError:
-                pass
 
 
 def split(arrays, prefix):

@@ -15,7 +15,7 @@ from .. import agreement
 from ..data import (CmvnStats, apply_cmvn, chunk_utterances, load_kaldi, load_mnist1d,
                     shard_range)
 from ..errors import CollectiveUsageError, UsageError
-from ..kaldi import FeatureTransform
+from ..kaldi_io import FeatureTransform
 from . import model_files
 
 MNIST1D_SEED = 42  # the package's standard data set; --seed drives training only

@@ -2,9 +2,9 @@
 (its backend, the --init file it reads): refused in one line at start-up,
 before the data is read, through the start-up agreement so that every rank
 stops (flags judged by the command line alone: options.py)."""
-import os
 import warnings
 
+from .. import settings
 from ..errors import UsageError
 from .consistency import MODEL_FLAGS
 from .model_files import is_npz
@@ -14,7 +14,7 @@ def refuse_idle_flags(args, backend_name):
     if args.cuda_aware in ("yes", "no") and backend_name == "numpy":
         what = "--cuda-aware %s applies to GPU buffers (the cupy backend); this rank's " \
                "backend is numpy" % args.cuda_aware
-        if (args.backend or os.environ.get("PSGD_BACKEND") or "auto") == "numpy":
+        if (args.backend or settings.get("PSGD_BACKEND")) == "numpy":
             raise UsageError(what)
         # the auto backend found no GPU here: one launch script serves CPU and
         # GPU hosts alike, as with --gpu-ids

@@ -11,8 +11,9 @@ import warnings
 import numpy as np
 from mpi4py import MPI
 
+from ..algorithms.server_stats import staleness_max, staleness_mean
+from ..atomic import atomic_write
 from ..errors import UsageError
-from .outputs import atomic_write
 
 PROGRAM = "psgd-train"
 
@@ -135,14 +136,9 @@ class ServerTotals:
 
     def summary(self):
         """[syncs, samples, busy, idle, wall, cpu, staleness mean, max] as float64."""
-        total = sum(self.staleness)
-        mean = sum(i * c for i, c in enumerate(self.staleness)) / total if total else 0.0
         return np.array([self.syncs, self.samples, self.busy_s, self.idle_s, self.wall_s,
-                         self.cpu_s, mean, max((i for i, c in enumerate(self.staleness) if c),
-                                               default=0)], dtype=np.float64)
-
-    def line(self):
-        return _server_line("server", self.summary())
+                         self.cpu_s, staleness_mean(self.staleness),
+                         staleness_max(self.staleness)], dtype=np.float64)
 
     def gather(self, comm, is_server, servers):
         """Collective: rank 0 gets every server's summary (one Gather of

@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 
-from .. import kaldi
+from .. import kaldi_io
 from ..errors import UsageError
 from ..nnet import build_model
 from . import consistency, model_io
@@ -45,8 +45,8 @@ def is_npz(path):
 def read_model(path, xp=np, seed=0):
     """(net, model header, extras {feature_transform, class_counts}) of a model file."""
     if not is_npz(path):
-        layers = kaldi.read_nnet(path)
-        net = kaldi.network_of(layers, xp=xp, seed=seed, name=path)
+        layers = kaldi_io.read_nnet(path)
+        net = kaldi_io.network_of(layers, xp=xp, seed=seed, name=path)
         return net, _nnet1_header(layers, net), {}
     arrays, header = model_io.load(path)
     if "rank" in header and "epoch" in header:
@@ -65,7 +65,7 @@ def read_model(path, xp=np, seed=0):
         raise UsageError("%s: its arrays do not fit the model its header describes (%s)"
                          % (path, _first_line(exc))) from None
     if TRANSFORM_KEY in extras:
-        extras[TRANSFORM_KEY] = kaldi.FeatureTransform.parse(
+        extras[TRANSFORM_KEY] = kaldi_io.FeatureTransform.parse(
             extras[TRANSFORM_KEY].tobytes(), "%s (its feature transform)" % path)
     return net, model, extras
 
@@ -77,7 +77,7 @@ def network_from_header(model, xp, seed, name):
         if not isinstance(model, dict):
             raise TypeError("'model' is not an object")
         if model.get("name") == "nnet1":
-            return kaldi.network_from_spec(model.get("layers", []), xp=xp, seed=seed, name=name)
+            return kaldi_io.network_from_spec(model.get("layers", []), xp=xp, seed=seed, name=name)
         return build_model(model.get("name"), tuple(model.get("input_shape", ())),
                            model.get("num_classes"), xp=xp, seed=seed, **model.get("sizes", {}))
     except UsageError as exc:
@@ -119,7 +119,7 @@ def check_extras(model, name, transform=None, counts=None, counts_name=None):
 
 def _nnet1_header(layers, net):
     return {"name": "nnet1", "input_shape": [layers[0].input_dim],
-            "num_classes": int(layers[-1].output_dim), "layers": kaldi.spec_of(layers),
+            "num_classes": int(layers[-1].output_dim), "layers": kaldi_io.spec_of(layers),
             "dtype": str(net.dtype)}
 
 
@@ -127,11 +127,11 @@ def read_transform(args):
     """The feature transform this run applies to its input, or None (psgd's own
     splice + CMVN): --feature-transform, else the one stored in an --init .npz."""
     if getattr(args, "feature_transform", None):
-        return kaldi.FeatureTransform.read(args.feature_transform)
+        return kaldi_io.FeatureTransform.read(args.feature_transform)
     if args.init and is_npz(args.init):
         arrays, _ = model_io.load(args.init)
         if TRANSFORM_KEY in arrays:
-            return kaldi.FeatureTransform.parse(arrays[TRANSFORM_KEY].tobytes(),
+            return kaldi_io.FeatureTransform.parse(arrays[TRANSFORM_KEY].tobytes(),
                                                 "%s (its feature transform)" % args.init)
     return None
 
@@ -158,7 +158,7 @@ def build_network(args, data, xp):
                   "num_classes": int(data.num_classes), "sizes": sizes,
                   "dtype": str(net.dtype)}
     if writes_nnet1(args.out):
-        kaldi.layers_of(net, name="--out %s" % args.out)   # refuse now, not after training
+        kaldi_io.layers_of(net, name="--out %s" % args.out)   # refuse now, not after training
     return net, header
 
 
@@ -175,8 +175,8 @@ def save_model(path, state, header, data=None, binary=True):
         if transform is not None:
             transform.write(next(files), binary=False)
         if counts is not None:
-            kaldi.write_counts(next(files), counts)
-        kaldi.write_nnet(path, kaldi.layers_of(net, name=path), binary=binary)
+            kaldi_io.write_counts(next(files), counts)
+        kaldi_io.write_nnet(path, kaldi_io.layers_of(net, name=path), binary=binary)
         return
     arrays = dict(state)
     if transform is not None:

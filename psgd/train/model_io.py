@@ -1,5 +1,5 @@
 """Saved models and checkpoints: .npz of named arrays plus a JSON header,
-written atomically (outputs.atomic_write: temp file, fsync, rename) with a checksum that load
+written atomically (psgd.atomic.atomic_write: temp file, fsync, rename) with a checksum that load
 verifies, and read with allow_pickle=False (a file is only ever read)."""
 import hashlib
 import json
@@ -8,8 +8,8 @@ import zipfile
 
 import numpy as np
 
+from ..atomic import atomic_write
 from ..errors import UsageError
-from .outputs import atomic_write
 
 HEADER = "__header__"
 

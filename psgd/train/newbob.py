@@ -16,8 +16,9 @@ import math
 import sys
 
 from ..atomic import atomic_write
+from ..command_line import OneLineParser
 from ..errors import UsageError
-from .options import OneLineParser, finite_float
+from .options import finite_float
 from .schedule import Schedule
 
 PROG = "python -m psgd.train.newbob"

@@ -2,11 +2,10 @@
 and `psgd.train.make_config(**overrides)` from Python."""
 import argparse
 import math
-import sys
 
 from ..algorithms import ALGORITHMS, REGISTRY
+from ..command_line import OneLineParser, boolean as kaldi_boolean
 from ..errors import UsageError
-from ..kaldi.cli import boolean as kaldi_boolean
 from . import algorithm_flags
 from .algorithm_flags import ALGORITHM_FLAGS
 from .defaults import WARMUP_EPOCHS, trainer_defaults
@@ -35,14 +34,6 @@ def finite_float(text):
     if not math.isfinite(value) or abs(value) > FLOAT32_MAX:
         raise argparse.ArgumentTypeError("%r is not a finite (float32) number" % (text,))
     return value
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a bad flag is one line and exit status 2, not a usage wall."""
-
-    def error(self, message):
-        sys.stderr.write("%s: error: %s (see --help)\n" % (self.prog, message))
-        sys.exit(2)
 
 
 def build_parser(prog="psgd-train"):

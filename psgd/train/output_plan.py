@@ -4,7 +4,8 @@ NAME.nnet, final.feature_transform and ali_train_pdf.counts beside it),
 the flag and the path, a place that cannot be written and two outputs that
 are one file (one would silently replace the other, or the run would end in
 a crash after its last epoch), or an output that would replace an input the
-user gave. `psgd.kaldi convert` and `forward` check their files here too.
+user gave. The Kaldi tools (`psgd.kaldi convert`, `forward`) check their
+files here too.
 """
 import os
 import tempfile

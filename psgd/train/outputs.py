@@ -2,54 +2,11 @@
 start-up, before any epoch is trained (output_plan), and written atomically
 (psgd.atomic).
 A writer killed mid-write leaves its temporary file behind: the next start
-removes the ones of writers that are dead (same host, no such process)."""
+removes the ones of writers that are dead (psgd.atomic.remove_debris)."""
 import os
-import socket
-import time
 
-from ..atomic import TMP, atomic_write  # noqa: F401 (atomic_write re-exported)
+from ..atomic import remove_debris
 from ..errors import UsageError
-
-_ORPHAN_AGE_S = 3600    # a temporary file without a writer's name: this old is debris
-
-
-def remove_debris(folder, any_writer=False):
-    """Remove the temporary files of dead writers in `folder` (of any writer:
-    a folder under our lock); returns their names."""
-    removed = []
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return removed
-    host = socket.gethostname()
-    for name in names:
-        if name.startswith(TMP) and (any_writer or _dead_writer(os.path.join(folder, name),
-                                                                name, host)):
-            try:
-                os.unlink(os.path.join(folder, name))
-                removed.append(name)
-            except OSError:
-                pass
-    return removed
-
-
-def _dead_writer(path, name, host):
-    who = name[len(TMP):].rsplit("-", 1)[0]
-    pid, _, where = who.partition("@")
-    if not pid.isdigit() or not where:
-        try:   # written by an older psgd: no writer's name
-            return time.time() - os.path.getmtime(path) > _ORPHAN_AGE_S
-        except OSError:
-            return False
-    if where != host:
-        return False    # its writer may live on another node
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False
-    return False
 
 
 def prepare(comm, args, main, data=None):

@@ -1,7 +1,7 @@
 """Learning curves: loss and accuracy against epochs and against wall time."""
 import os
 
-from .outputs import atomic_write
+from ..atomic import atomic_write
 
 
 def plot_curves(rows, path, title="psgd"):

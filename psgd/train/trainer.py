@@ -9,7 +9,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import agreement, cuda_aware, mpi, nccl, trace
-from ..backend import get_backend
+from ..backend import get_backend, to_numpy
 from ..errors import UsageError
 from ..nnet import create_optimizer, momentum_option
 from . import checkpoint as ckpt
@@ -387,7 +387,7 @@ def _host_state(state):
     for k, v in state.items():
         if v is None:  # an unallocated slot: absent from the file, None again on load
             continue
-        out[k] = v.get() if hasattr(v, "get") and not isinstance(v, np.ndarray) else np.asarray(v)
+        out[k] = to_numpy(v)
     return out
 
 

@@ -25,6 +25,7 @@ from mpi4py import MPI
 
 from .. import agreement, mpi
 from ..errors import UsageError
+from ..protocol import TAG_WATCHDOG
 from .stall_report import (COMPUTING, DONE, EPOCH_END, SERVING, SYNCING, WAITING,  # noqa: F401
                            Names, doing, slow_link, stall_report)
 
@@ -32,7 +33,6 @@ from .stall_report import (COMPUTING, DONE, EPOCH_END, SERVING, SYNCING, WAITING
 # count: rank 0 numbers its heartbeats, the others send back the last number
 # they heard (how far behind they hear rank 0: a round trip over their link)
 _STATUS = 6
-_TAG = 7
 # MPI_Abort from a rank that cannot reach the launcher never returns: the
 # rank ends itself this long after calling it.
 ABORT_GRACE_S = 5
@@ -140,14 +140,14 @@ class Watchdog:
         landing = np.zeros(_STATUS, dtype=np.int64)
         last = np.full(_STATUS, -1, dtype=np.int64)
         heard = time.time()
-        request = self.comm.Irecv(landing, source=0, tag=_TAG)
+        request = self.comm.Irecv(landing, source=0, tag=TAG_WATCHDOG)
         sending = Sender(self.comm)
         while True:
             stopping = self.stopping.wait(self.period)
             while request != MPI.REQUEST_NULL and request.Test():
                 last[:], heard, self.count = landing, time.time(), landing[5]
                 request = MPI.REQUEST_NULL if landing[0] == DONE else \
-                    self.comm.Irecv(landing, source=0, tag=_TAG)
+                    self.comm.Irecv(landing, source=0, tag=TAG_WATCHDOG)
             status = self._status()
             if stopping:
                 status[0] = DONE
@@ -157,7 +157,7 @@ class Watchdog:
                 while request != MPI.REQUEST_NULL:   # rank 0's goodbye
                     request.Wait()
                     request = MPI.REQUEST_NULL if landing[0] == DONE else \
-                        self.comm.Irecv(landing, source=0, tag=_TAG)
+                        self.comm.Irecv(landing, source=0, tag=TAG_WATCHDOG)
                 return
             if request != MPI.REQUEST_NULL:
                 self._hear_rank0(last, heard)
@@ -190,7 +190,7 @@ class Watchdog:
         # One receive posted per rank, drained with Testsome: MPICH's Iprobe
         # let one message through per call and the table fell behind.
         landing = np.zeros((self.size, _STATUS), dtype=np.int64)
-        requests = [MPI.REQUEST_NULL] + [self.comm.Irecv(landing[r], source=r, tag=_TAG)
+        requests = [MPI.REQUEST_NULL] + [self.comm.Irecv(landing[r], source=r, tag=TAG_WATCHDOG)
                                          for r in range(1, self.size)]
         sending = Sender(self.comm)
         slow_said = set()
@@ -210,7 +210,7 @@ class Watchdog:
                 for r in done:
                     table[r], seen_at[r] = landing[r], time.time()
                     if landing[r, 0] != DONE:
-                        requests[r] = self.comm.Irecv(landing[r], source=r, tag=_TAG)
+                        requests[r] = self.comm.Irecv(landing[r], source=r, tag=TAG_WATCHDOG)
             if all(q == MPI.REQUEST_NULL for q in requests):
                 break          # every other rank said goodbye
             if not stopping:
@@ -283,7 +283,7 @@ class Sender:
         elif not request.Test():
             return            # the last one has not left yet: skip this beat
         data = status.copy()
-        self.pending[dest] = (self.comm.Isend(data, dest=dest, tag=_TAG), data)
+        self.pending[dest] = (self.comm.Isend(data, dest=dest, tag=TAG_WATCHDOG), data)
 
     def finish(self):
         MPI.Request.Waitall([request for request, _ in self.pending.values()])

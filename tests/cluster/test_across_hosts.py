@@ -115,7 +115,7 @@ PIPELINED = """
 import numpy as np
 from mpi4py import MPI
 import psgd
-from psgd import mpi, pipeline
+from psgd import mpi, pipeline, settings
 
 calls = []
 original = pipeline.pipelined_allreduce
@@ -126,7 +126,7 @@ pipeline.pipelined_allreduce = counting
 
 comm = MPI.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()
-n = 3 * pipeline.DEFAULT_PIPELINE_CHUNK + 1234           # four chunks
+n = 3 * settings.SETTINGS["PSGD_MPI_PIPELINE_CHUNK"].default + 1234           # four chunks
 # integer-valued floats: every order of the sum gives the same bits
 w = np.arange(n, dtype=np.float32) % 97 + rank
 sync = psgd.create("bsp", [np.zeros(n, np.float32)], weighting="uniform")

@@ -22,7 +22,7 @@ obj = psgd.create("easgd", [np.zeros(8)])
 if obj.role == "server":
     obj.run()
 elif obj.node.rank == 2:
-    obj.comm.Send([np.array([7, 0], dtype=np.int64), MPI.INT64_T], dest=0, tag=mpi.TAG_MSG)
+    obj.comm.Send([np.array([7, 0], dtype=np.int64), MPI.INT64_T], dest=0, tag=protocol.TAG_MSG)
     obj.stop(0)
 else:
     for _ in range(100000):

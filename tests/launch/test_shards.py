@@ -46,7 +46,7 @@ obj = psgd.create("easgd", [np.zeros(1000)], servers=2)
 if obj.role == "server":
     obj.run()
 elif obj.node.rank == 3:
-    obj.comm.Send([np.array([7, 0], dtype=np.int64), MPI.INT64_T], dest=1, tag=mpi.TAG_MSG)
+    obj.comm.Send([np.array([7, 0], dtype=np.int64), MPI.INT64_T], dest=1, tag=protocol.TAG_MSG)
     obj.stop(0)
 else:
     for _ in range(100000):

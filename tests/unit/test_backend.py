@@ -5,14 +5,14 @@ from psgd import backend, cuda_aware, mpi
 from psgd.errors import UsageError
 
 
-def test_the_environment_picks_the_backend_when_no_name_is_given(monkeypatch):
+def test_the_environment_picks_the_backend_when_no_name_is_given(monkeypatch, setting):
     monkeypatch.setattr(backend, "_cupy_with_devices", lambda: None)   # no GPU here
-    monkeypatch.setenv("PSGD_BACKEND", "cupy")
+    setting("PSGD_BACKEND", "cupy")
     with pytest.raises(UsageError, match="CuPy or a CUDA device is not available"):
         backend.get_backend()                      # the environment was read
     b = backend.get_backend("numpy")               # a name given wins over it
     assert b.xp is np and not b.is_gpu and b.name == "numpy"
-    monkeypatch.setenv("PSGD_BACKEND", "tpu")
+    setting("PSGD_BACKEND", "tpu")
     with pytest.raises(ValueError, match="unknown backend 'tpu'"):
         backend.get_backend()
 
@@ -36,24 +36,24 @@ def test_device_id_lists():
         backend.parse_device_ids("0,x")
 
 
-def test_cuda_aware_can_be_forced(monkeypatch):
-    monkeypatch.setenv("PSGD_CUDA_AWARE", "1")
+def test_cuda_aware_can_be_forced(setting):
+    setting("PSGD_CUDA_AWARE", "1")
     assert cuda_aware.configure() == (True, "forced by PSGD_CUDA_AWARE=1")
     assert mpi.cuda_aware()
-    monkeypatch.setenv("PSGD_CUDA_AWARE", "no")
+    setting("PSGD_CUDA_AWARE", "no")
     assert not cuda_aware.configure()[0] and not mpi.cuda_aware()
     assert cuda_aware.configure("yes") == (True, "forced by --cuda-aware yes")  # the flag wins
     assert "directly" in cuda_aware.describe()
     with pytest.raises(UsageError, match="PSGD_CUDA_AWARE must be auto, yes or no"):
-        monkeypatch.setenv("PSGD_CUDA_AWARE", "maybe") or cuda_aware.configure()
-    monkeypatch.delenv("PSGD_CUDA_AWARE")
+        setting("PSGD_CUDA_AWARE", "maybe") or cuda_aware.configure()
+    setting("PSGD_CUDA_AWARE", None)
     cuda_aware.configure()
 
 
-def test_cuda_aware_auto_asks_the_loaded_libmpi(monkeypatch):
+def test_cuda_aware_auto_asks_the_loaded_libmpi(monkeypatch, setting):
     """MPICH is loaded RTLD_LOCAL: the query must be found through the
     library's own handle, not the global namespace."""
-    monkeypatch.delenv("PSGD_CUDA_AWARE", raising=False)
+    setting("PSGD_CUDA_AWARE", None)
     path, lib = cuda_aware.libmpi()
     assert path and hasattr(lib, "MPI_Init")
     family = cuda_aware.library_family()
@@ -69,21 +69,21 @@ def test_cuda_aware_auto_asks_the_loaded_libmpi(monkeypatch):
     assert "staged through pinned host memory (MPI is not CUDA-aware: " in cuda_aware.describe()
 
 
-def test_device_buffers_are_staged_unless_mpi_is_cuda_aware(monkeypatch):
+def test_device_buffers_are_staged_unless_mpi_is_cuda_aware(setting):
     from types import SimpleNamespace
 
     from psgd.buffers import FlatBuffer
     host = FlatBuffer.pack([np.ones(3, np.float32)])
     device = SimpleNamespace(on_device=True)       # all Exchange asks of a device buffer here
     from psgd import cuda_aware
-    monkeypatch.setenv("PSGD_CUDA_AWARE", "0")
+    setting("PSGD_CUDA_AWARE", "0")
     cuda_aware.configure()                         # decided once per process: decide again
     assert mpi.Exchange(None, host).direct         # host memory goes to MPI as it is
     assert not mpi.Exchange(None, device).direct   # device memory via the pinned mirror
-    monkeypatch.setenv("PSGD_CUDA_AWARE", "1")
+    setting("PSGD_CUDA_AWARE", "1")
     cuda_aware.configure()
     assert mpi.Exchange(None, device).direct
-    monkeypatch.delenv("PSGD_CUDA_AWARE")
+    setting("PSGD_CUDA_AWARE", None)
     cuda_aware.configure()
 
 

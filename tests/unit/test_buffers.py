@@ -5,7 +5,7 @@ import sys
 import numpy as np
 import pytest
 
-from psgd import agreement, mpi, pieces, pipeline
+from psgd import agreement, mpi, pieces, pipeline, settings
 from psgd.buffers import FlatBuffer
 
 
@@ -66,15 +66,15 @@ def test_like_copy_and_host_mirror_on_numpy():
 
 
 def test_chunking_covers_every_element_once():
-    old = mpi.set_chunk_elements(3)
+    old = settings.set("PSGD_MPI_CHUNK", 3)
     try:
         spans = list(mpi._chunks(10))
         assert spans == [(0, 3), (3, 6), (6, 9), (9, 10)]
         assert list(mpi._chunks(0)) == [(0, 0)]
     finally:
-        mpi.set_chunk_elements(old)
+        settings.set("PSGD_MPI_CHUNK", old)
     with pytest.raises(ValueError):
-        mpi.set_chunk_elements(0)
+        settings.set("PSGD_MPI_CHUNK", 0)
 
 
 def test_first_difference_names_the_place():
@@ -92,31 +92,29 @@ def test_server_piece_from_the_environment():
                          timeout=120, check=True).stdout.split()
     assert out == ["1000"]
     with pytest.raises(ValueError, match="server piece must be >= 0"):
-        pieces.set_server_piece(-1)
-    old = pieces.set_server_piece(0)
+        settings.set("PSGD_MPI_SERVER_PIECE", -1)
+    old = settings.set("PSGD_MPI_SERVER_PIECE", 0)
     try:
         assert pieces.server_piece() == 0
     finally:
-        pieces.set_server_piece(old)
+        settings.set("PSGD_MPI_SERVER_PIECE", old)
 
 
-def test_pipeline_settings_from_the_environment():
+def test_pipeline_settings_from_the_environment(setting):
     code = "from psgd import pipeline; print(pipeline.pipeline_chunk(), pipeline.pipeline_threshold())"
     env = dict(os.environ, PSGD_MPI_PIPELINE_CHUNK="1000", PSGD_MPI_PIPELINE_THRESHOLD="5000",
                PSGD_MPI_CHUNK="300")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=120, check=True).stdout.split()
     assert out == ["300", "5000"]      # a pipelined chunk never passes the MPI count limit
-    old = pipeline.set_pipeline(chunk=7, threshold=20)
-    try:
-        assert (pipeline.pipeline_chunk(), pipeline.pipeline_threshold()) == (7, 20)
-        assert pipeline.pipelined(20) and not pipeline.pipelined(19)
-        assert pipeline.pipelined(20, across_hosts=True) and not pipeline.pipelined(19, True)
-    finally:
-        pipeline.set_pipeline(*old)
+    setting("PSGD_MPI_PIPELINE_CHUNK", 7)
+    setting("PSGD_MPI_PIPELINE_THRESHOLD", 20)
+    assert (pipeline.pipeline_chunk(), pipeline.pipeline_threshold()) == (7, 20)
+    assert pipeline.pipelined(20) and not pipeline.pipelined(19)
+    assert pipeline.pipelined(20, across_hosts=True) and not pipeline.pipelined(19, True)
 
 
-def test_pipeline_threshold_by_the_path_of_the_bytes():
+def test_pipeline_threshold_by_the_path_of_the_bytes(setting):
     """Unset, the threshold depends on whether the ranks span hosts: one
     host pipelines from 4M elements, a network every buffer of > 1 chunk."""
     code = ("from psgd import pipeline as p; print(p.pipeline_threshold(), "
@@ -126,13 +124,10 @@ def test_pipeline_threshold_by_the_path_of_the_bytes():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=120, check=True).stdout.split()
     assert out == [str(1 << 22), "0", "False", "True", "False"]
-    old = pipeline.set_pipeline(threshold=None)
-    try:
-        assert pipeline.pipeline_threshold(across_hosts=True) == 0
-        pipeline.set_pipeline(threshold=2 ** 62)      # an explicit value holds on any path
-        assert not pipeline.pipelined(10 ** 9, across_hosts=True)
-    finally:
-        pipeline.set_pipeline(*old)
+    setting("PSGD_MPI_PIPELINE_THRESHOLD", None)
+    assert pipeline.pipeline_threshold(across_hosts=True) == 0
+    setting("PSGD_MPI_PIPELINE_THRESHOLD", 2 ** 62)      # an explicit value holds on any path
+    assert not pipeline.pipelined(10 ** 9, across_hosts=True)
 
 
 def test_a_tail_rides_behind_the_views():

@@ -7,9 +7,9 @@ from psgd import kernels
 
 
 @pytest.fixture(autouse=True)
-def small_blocks(monkeypatch):
+def small_blocks(monkeypatch, setting):
     monkeypatch.setattr(kernels, "BLOCK", 7)       # many blocks, a ragged last one
-    monkeypatch.setenv("PSGD_ACCEL", "auto")
+    setting("PSGD_ACCEL", "auto")
 
 
 SHAPES = [(0,), (1,), (7,), (50,), (3, 5)]

@@ -11,24 +11,23 @@ import psgd
 ROOT = pathlib.Path(psgd.__file__).parent
 
 # Module-name prefix -> floor (the longest matching prefix wins).
-FLOORS = {"psgd.errors": 0, "psgd._threads": 0, "psgd._cuda_first": 0,
+FLOORS = {"psgd.errors": 0, "psgd._threads": 0, "psgd._cuda_first": 0, "psgd.protocol": 0,
+          "psgd.settings": 0,
           "psgd.backend": 1, "psgd.buffers": 1, "psgd.mpi": 1, "psgd.mpi_async": 1,
           "psgd.kernels": 1,
           "psgd.cuda_aware": 1, "psgd.atomic": 1, "psgd.agreement": 1, "psgd.pieces": 1,
-          "psgd.pipeline": 1, "psgd.nccl": 1, "psgd.trace": 1,
+          "psgd.pipeline": 1, "psgd.nccl": 1, "psgd.trace": 1, "psgd.command_line": 1,
           "psgd": 2, "psgd.algorithms": 2,      # the package's facade re-exports create()
-          "psgd.nnet": 3, "psgd.data": 3, "psgd.kaldi": 3, "psgd.torch": 3,
+          "psgd.nnet": 3, "psgd.data": 3, "psgd.kaldi_io": 3, "psgd.torch": 3,
           "psgd.torch_buckets": 3, "psgd.torch_optimizer": 3,
           "psgd.train": 4,
-          "psgd.worker": 5, "psgd.timeline": 5,
-          # the Kaldi tools' command-line entry points load .npz models through
-          # psgd.train, as the worker CLI does: they are floor 5
-          "psgd.kaldi.__main__": 5, "psgd.kaldi.forward": 5}
+          "psgd.worker": 5, "psgd.timeline": 5, "psgd.kaldi": 5}
 # Imports within a floor that the architecture names; nothing else crosses.
-SIDEWAYS = {("psgd.kaldi", "psgd.nnet"), ("psgd.kaldi", "psgd.data"),
+SIDEWAYS = {("psgd.kaldi_io", "psgd.nnet"), ("psgd.kaldi_io", "psgd.data"),
+            ("psgd._cuda_first", "psgd.settings"),
             ("psgd.buffers", "psgd.backend"), ("psgd.kernels", "psgd.backend"),
             ("psgd.mpi", "psgd.backend"), ("psgd.mpi", "psgd.cuda_aware"),
-            ("psgd.mpi", "psgd.mpi_async"),
+            ("psgd.mpi", "psgd.mpi_async"), ("psgd.command_line", "psgd.atomic"),
             ("psgd.pieces", "psgd.mpi"), ("psgd.pipeline", "psgd.mpi"),
             ("psgd.nccl", "psgd.mpi"), ("psgd.nccl", "psgd.backend"),
             ("psgd", "psgd.algorithms"), ("psgd.torch", "psgd.torch_buckets"),
@@ -119,6 +118,7 @@ def test_the_graph_sees_relative_imports():
     ("psgd.mpi", "psgd.algorithms"),
     ("psgd.data.minibatch", "psgd.mpi"),
     ("psgd.nnet.network", "psgd.data.minibatch"),        # sideways, not named
+    ("psgd.kaldi_io.nnet1", "psgd.train.model_files"),   # the formats know no trainer
 ])
 def test_a_wrong_import_is_caught(importer, imported):
     graph = real_graph()
@@ -135,3 +135,47 @@ def test_data_needs_no_mpi():
                     names = [a.name for a in node.names] if isinstance(node, ast.Import) \
                         else [node.module or ""]
                     assert not any(n.startswith("mpi4py") for n in names), name
+
+
+def test_benchmarks_share_common_without_a_cycle():
+    """benchmarks/common.py is what every benchmark builds on: it imports
+    none of them (mpi_regimes and the rest import it)."""
+    folder = ROOT.parent / "benchmarks"
+    scripts = {p.stem for p in folder.glob("*.py")}
+    tree = ast.parse((folder / "common.py").read_text())
+    named = {a.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+             for a in node.names}
+    named |= {node.module for node in ast.walk(tree)
+              if isinstance(node, ast.ImportFrom) and node.module}
+    assert not named & (scripts - {"common"}), named & scripts
+
+
+def test_no_module_imports_itself_back():
+    """No cycle among psgd's modules, imports inside functions included
+    (a package stands for its __init__)."""
+    graph = real_graph()
+
+    def known(target):
+        while target not in graph and "." in target:
+            target = target.rpartition(".")[0]
+        return target
+    edges = {name: {known(t) for t in targets} - {name} for name, targets in graph.items()}
+    done, path = set(), []
+
+    def visit(name):
+        if name in path:
+            return path[path.index(name):] + [name]
+        if name in done:
+            return None
+        path.append(name)
+        for target in sorted(edges.get(name, ())):
+            cycle = visit(target)
+            if cycle:
+                return cycle
+        path.pop()
+        done.add(name)
+        return None
+    for name in sorted(edges):
+        path.clear()
+        cycle = visit(name)
+        assert cycle is None, " -> ".join(cycle)

@@ -11,7 +11,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ... import mpi
-from ...backend import array_module, empty_pinned
+from ...backend import array_module, empty_pinned, to_numpy
 from . import traffic as tr
 
 _TYPES = {np.dtype(np.float32): MPI.FLOAT, np.dtype(np.float64): MPI.DOUBLE,
@@ -140,7 +140,7 @@ class Collectives:
 
     def gather(self, x, root=0):
         """(N,) + x.shape on `root` (host array), None elsewhere; not counted."""
-        send = np.ascontiguousarray(x if isinstance(x, np.ndarray) else x.get())
+        send = np.ascontiguousarray(to_numpy(x))
         t = mpi_type(send.dtype)
         recv = np.empty((self.size,) + send.shape, send.dtype) if self.rank == root else None
         self.comm.Gather([send, t], [recv, t] if recv is not None else None, root=root)

@@ -34,6 +34,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ... import agreement, mpi
+from ...backend import to_numpy
 from ...buffers import FlatBuffer
 from ...errors import UsageError
 from ..affine import AffineTransform
@@ -226,7 +227,7 @@ class HybridNetwork(Network):
                 if pieces is not None:
                     out[name] = pieces.reshape((-1,) + tuple(view.shape[1:]))
             elif self.rank == root:
-                out[name] = np.array(view if isinstance(view, np.ndarray) else view.get())
+                out[name] = to_numpy(view, copy=True)
         if self.rank != root:
             return None
         stat_views = FlatBuffer(stats, [v.shape for v in self.stat_buffer.views]).views

@@ -7,7 +7,7 @@ from mpi4py import MPI
 
 import psgd
 import reference
-from psgd import mpi
+from psgd import settings
 from psgd.buffers import host_copy
 
 pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.timeout(60)]
@@ -162,11 +162,11 @@ def test_identities_equal_bsp(comm, name, options):
 
 def test_tiny_chunks_give_the_same_average(comm):
     _, _, whole, _ = run(comm, "bmuf")
-    old = mpi.set_chunk_elements(4)
+    old = settings.set("PSGD_MPI_CHUNK", 4)
     try:
         _, _, chunked, _ = run(comm, "bmuf")
     finally:
-        mpi.set_chunk_elements(old)
+        settings.set("PSGD_MPI_CHUNK", old)
     np.testing.assert_array_equal(chunked, whole)
 
 

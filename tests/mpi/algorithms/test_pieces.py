@@ -11,7 +11,7 @@ import pytest
 
 import psgd
 import reference
-from psgd import mpi, pieces
+from psgd import mpi, settings
 from psgd.errors import ProtocolError, UsageError
 from server_plans import SIZE, check_replay
 
@@ -31,7 +31,7 @@ class Pieces:
         self.piece, self.received = piece, 0
 
     def __enter__(self):
-        self.old = pieces.set_server_piece(self.piece)
+        self.old = settings.set("PSGD_MPI_SERVER_PIECE", self.piece)
         self.irecv_part = mpi.Exchange.irecv_part
         outer = self
 
@@ -43,7 +43,7 @@ class Pieces:
 
     def __exit__(self, *exc):
         mpi.Exchange.irecv_part = self.irecv_part
-        pieces.set_server_piece(self.old)
+        settings.set("PSGD_MPI_SERVER_PIECE", self.old)
 
 
 @pytest.mark.parametrize("piece", [0, 1, 5, 7])

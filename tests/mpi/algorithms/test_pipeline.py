@@ -8,7 +8,7 @@ from mpi4py import MPI
 
 import reference
 from device_util import load
-from psgd import mpi, pipeline
+from psgd import mpi, pipeline, settings
 from psgd.buffers import FlatBuffer, host_copy
 
 pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.timeout(120)]
@@ -32,7 +32,8 @@ class Pipelined:
         self.chunk, self.comm, self.calls = chunk, comm, 0
 
     def __enter__(self):
-        self.old = pipeline.set_pipeline(chunk=self.chunk, threshold=0)
+        self.old = (settings.set("PSGD_MPI_PIPELINE_CHUNK", self.chunk),
+                    settings.set("PSGD_MPI_PIPELINE_THRESHOLD", 0))
         self.original = pipeline.pipelined_allreduce
 
         def counting(exchange, before, after):
@@ -43,7 +44,8 @@ class Pipelined:
 
     def __exit__(self, *exc):
         pipeline.pipelined_allreduce = self.original
-        pipeline.set_pipeline(*self.old)
+        settings.set("PSGD_MPI_PIPELINE_CHUNK", self.old[0])
+        settings.set("PSGD_MPI_PIPELINE_THRESHOLD", self.old[1])
 
 
 @pytest.mark.parametrize("chunk", [1, 4, 7])
@@ -97,14 +99,12 @@ def test_callbacks_cover_the_buffer_once_in_order(comm):
     np.testing.assert_array_equal(host_copy(buf.data), 2 * comm.size * np.arange(23) + 1)
 
 
-def test_small_buffers_keep_one_call(comm):
-    old = pipeline.set_pipeline(chunk=4, threshold=100)
-    try:
-        assert not pipeline.pipelined(23) and pipeline.pipelined(100) and not pipeline.pipelined(4)
-    finally:
-        pipeline.set_pipeline(*old)
+def test_small_buffers_keep_one_call(comm, setting):
+    setting("PSGD_MPI_PIPELINE_CHUNK", 4)
+    setting("PSGD_MPI_PIPELINE_THRESHOLD", 100)
+    assert not pipeline.pipelined(23) and pipeline.pipelined(100) and not pipeline.pipelined(4)
     with pytest.raises(ValueError):
-        pipeline.set_pipeline(chunk=0)
+        settings.set("PSGD_MPI_PIPELINE_CHUNK", 0)
 
 
 class TwoHosts(MPI.Intracomm):
@@ -122,7 +122,7 @@ def _counting_sum(comm, chunk):
     buf = FlatBuffer.pack([np.arange(23, dtype=np.float64)])
     ex = mpi.Exchange(comm, buf)
     with Pipelined(chunk) as pipe:
-        pipeline.set_pipeline(threshold=None)       # by the path, as by default
+        settings.set("PSGD_MPI_PIPELINE_THRESHOLD", None)   # by the path, as by default
         pipeline.allreduce(ex, after=lambda lo, hi: None)
     return pipe.calls == 1, ex.spans_hosts(), host_copy(buf.data)
 

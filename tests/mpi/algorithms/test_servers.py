@@ -11,7 +11,7 @@ from mpi4py import MPI
 
 import psgd
 import reference
-from psgd import mpi
+from psgd import protocol, settings
 from psgd.buffers import host_copy
 from psgd.errors import ProtocolError
 from server_plans import SHAPES, SIZE, check_replay, drive, initial, local, plan, share_log, x0
@@ -59,12 +59,12 @@ def test_masgd_matches_replay(comm, scope, momentum, alpha):
     ("masgd", lambda x, log, f: reference.asgd(x, log, f, 1 - 0.9, 0.9, "worker"))])
 def test_chunked_messages_match_the_replay(comm, name, replay):
     """Buffers above the MPI count limit go in chunks (here 4 elements)."""
-    old = mpi.set_chunk_elements(4)
+    old = settings.set("PSGD_MPI_CHUNK", 4)
     try:
         options = {"alpha": 0.5} if name == "easgd" else {}
         check_replay(comm, name, replay, **options)
     finally:
-        mpi.set_chunk_elements(old)
+        settings.set("PSGD_MPI_CHUNK", old)
 
 
 def test_replay_tells_the_readings_apart(comm):
@@ -306,7 +306,7 @@ def test_a_bad_control_message_fails_every_rank_without_a_hang(comm, name, optio
             obj.run()
     elif comm.rank == bad:
         obj.comm.Send([np.array(message, dtype=np.int64), MPI.INT64_T], dest=0,
-                      tag=mpi.TAG_MSG)
+                      tag=protocol.TAG_MSG)
         with pytest.raises(ProtocolError, match=match):
             obj.stop(0)
     else:

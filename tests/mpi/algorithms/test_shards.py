@@ -10,7 +10,7 @@ from mpi4py import MPI
 
 import psgd
 import reference
-from psgd import mpi
+from psgd import protocol, settings
 from psgd.buffers import host_copy, shard_bounds
 from psgd.errors import ProtocolError
 from server_plans import SHAPES, SIZE
@@ -74,12 +74,12 @@ def test_staleness_compensation_per_shard(comm, S, compensation):
 
 def test_chunked_shard_messages_match_the_replay(comm):
     S = servers_or_skip(comm, 2)
-    old = mpi.set_chunk_elements(4)
+    old = settings.set("PSGD_MPI_CHUNK", 4)
     try:
         check_sharded_replay(comm, "masgd",
                              lambda x, log, f: reference.asgd(x, log, f, 0.1, 0.9), S)
     finally:
-        mpi.set_chunk_elements(old)
+        settings.set("PSGD_MPI_CHUNK", old)
 
 
 def test_the_shard_replay_can_fail(comm):
@@ -227,7 +227,7 @@ def test_a_held_barrier_with_a_failing_shard_ends_without_a_hang(comm, to):
     elif comm.rank == bad:
         obj.synchronize(1)
         obj.comm.Send([np.array([7, 0], dtype=np.int64), MPI.INT64_T], dest=target,
-                      tag=mpi.TAG_MSG)
+                      tag=protocol.TAG_MSG)
         with pytest.raises(ProtocolError, match=match):
             obj.stop(0)
     else:
@@ -252,7 +252,7 @@ def test_an_unknown_message_to_one_shard_fails_every_rank(comm, to):
             obj.run()
     elif comm.rank == bad:
         obj.comm.Send([np.array([7, 0], dtype=np.int64), MPI.INT64_T], dest=target,
-                      tag=mpi.TAG_MSG)
+                      tag=protocol.TAG_MSG)
         with pytest.raises(ProtocolError, match=match):
             obj.stop(0)
     else:

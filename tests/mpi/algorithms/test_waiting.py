@@ -11,7 +11,7 @@ import pytest
 from mpi4py import MPI
 
 import psgd
-from psgd import mpi
+from psgd import mpi, protocol
 from psgd.errors import ProtocolError
 
 pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.timeout(60)]
@@ -92,7 +92,7 @@ def test_a_notice_ends_a_held_workers_wait_without_spinning(comm):
         if comm.rank == bad:
             time.sleep(1.0)
             obj.comm.Send([np.array([7, 0], dtype=np.int64), MPI.INT64_T],
-                          dest=mpi.MAIN_RANK, tag=mpi.TAG_MSG)
+                          dest=mpi.MAIN_RANK, tag=protocol.TAG_MSG)
             with pytest.raises(ProtocolError):
                 obj.stop(0)
         else:

@@ -7,6 +7,7 @@ from mpi4py import MPI
 
 import reference
 from device_util import load
+from psgd import settings
 
 pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.timeout(120)]
 
@@ -41,12 +42,12 @@ def test_syncgrad_on_device(comm, xp):
 
 
 def test_chunked_bmuf_on_device(comm, xp):
-    old = collective.mpi.set_chunk_elements(4)
+    old = settings.set("PSGD_MPI_CHUNK", 4)
     try:
         collective.check(comm, "bmuf", lambda ws, ns, s: reference.bmuf(ws, ns, s, 0.5, 1.0, True),
                          lambda s: s["w_g"], xp=xp, block_momentum=0.5)
     finally:
-        collective.mpi.set_chunk_elements(old)
+        settings.set("PSGD_MPI_CHUNK", old)
 
 
 @pytest.mark.parametrize("name", ["easgd", "asgd", "masgd"])

@@ -5,7 +5,7 @@ writes what MPI handed over."""
 import numpy as np
 import pytest
 
-from psgd import mpi
+from psgd import mpi, settings
 from psgd.buffers import FlatBuffer, host_copy
 from psgd.nnet.parallel.collectives import Collectives
 
@@ -24,7 +24,7 @@ def settled(xp):
 
 @pytest.mark.parametrize("chunk", [None, 3])
 def test_blocking_calls_see_the_last_kernel(comm, xp, chunk):
-    old = mpi.set_chunk_elements(chunk) if chunk else None
+    old = settings.set("PSGD_MPI_CHUNK", chunk) if chunk else None
     try:
         rank, size = comm.rank, comm.size
         buf = device_buffer(xp, rank)
@@ -57,7 +57,7 @@ def test_blocking_calls_see_the_last_kernel(comm, xp, chunk):
         np.testing.assert_array_equal(host_copy(other.data), prev)
     finally:
         if old:
-            mpi.set_chunk_elements(old)
+            settings.set("PSGD_MPI_CHUNK", old)
 
 
 def test_nonblocking_calls_stage_in_before_wait_returns(comm, xp):

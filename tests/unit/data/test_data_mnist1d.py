@@ -44,8 +44,8 @@ def test_seed_changes_data_and_keeps_caller_rng(tmp_path):
     assert len(os.listdir(tmp_path)) == 2
 
 
-def test_cache_dir_from_environment(tmp_path, monkeypatch):
-    monkeypatch.setenv("PSGD_CACHE_DIR", str(tmp_path / "env"))
+def test_cache_dir_from_environment(tmp_path, setting):
+    setting("PSGD_CACHE_DIR", str(tmp_path / "env"))
     load_mnist1d(num_samples=20, seed=0)
     assert os.listdir(tmp_path / "env") == [os.path.basename(cache_path(20, 0))]
 

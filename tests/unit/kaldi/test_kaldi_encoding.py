@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from psgd.kaldi import KaldiFormatError, Layer, encode_nnet, parse_nnet
-from psgd.kaldi.encoding import Reader, Writer
+from psgd.kaldi_io.encoding import Reader, Writer
 
 
 def tiny_layers():

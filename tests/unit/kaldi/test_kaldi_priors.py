@@ -2,7 +2,7 @@
 import numpy as np
 
 from psgd.kaldi import log_priors, pseudo_log_likelihoods, read_counts, write_counts
-from psgd.kaldi.priors import FLT_MAX
+from psgd.kaldi_io.priors import FLT_MAX
 
 
 def test_counts_are_a_kaldi_text_vector(tmp_path):

@@ -2,7 +2,7 @@
 import pytest
 
 from psgd.errors import UsageError
-from psgd.kaldi.wspecifier import Wspecifier, parse
+from psgd.kaldi_io.wspecifier import Wspecifier, parse
 
 
 @pytest.mark.parametrize("text,want", [

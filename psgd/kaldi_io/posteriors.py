@@ -8,6 +8,7 @@ without one is taken to output logits and gets the same log-softmax.
 """
 import numpy as np
 
+from psgd.backend import to_numpy
 from psgd.errors import UsageError
 
 
@@ -24,7 +25,7 @@ def log_posteriors(net, frames, transform=None, batch_size=4096):
     outs = []
     for i in range(0, len(x), batch_size):
         z = net.propagate(x[i:i + batch_size], train=False, upto=upto)
-        outs.append(np.asarray(z.get() if hasattr(z, "get") else z, dtype=np.float64))
+        outs.append(np.asarray(to_numpy(z), dtype=np.float64))
     z = np.concatenate(outs) if outs else np.zeros((0, 0))
     return _log_softmax(z).astype(np.float32)
 

@@ -1,18 +1,21 @@
-"""What the Kaldi command lines share: one-line argument errors, Kaldi's
-spelling of booleans, finite numbers, and one error path: any failure is one
-line `PROG: error: ...` and a non-zero exit, never a traceback (set
+"""What psgd's command lines share (the worker, psgd.train.newbob, the Kaldi
+tools): one-line argument errors, Kaldi's spelling of booleans, finite
+numbers, and the tools' one error path: any failure is one line
+`PROG: error: ...` and a non-zero exit, never a traceback (set
 PSGD_TRACEBACK=1 to see one when debugging psgd itself)."""
 import argparse
 import math
-import os
 import sys
 import traceback
 
-from psgd.atomic import WriteError
-from psgd.errors import UsageError
+from . import settings
+from .atomic import WriteError
+from .errors import UsageError
 
 
 class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one line and exit status 2, not a usage wall."""
+
     def error(self, message):
         sys.stderr.write("%s: error: %s (see --help)\n" % (self.prog, message))
         sys.exit(2)
@@ -58,7 +61,7 @@ def run(prog, action, args):
     except KeyboardInterrupt:
         return 130
     except Exception as exc:   # the tools' one error path: nothing escapes as a traceback
-        if os.environ.get("PSGD_TRACEBACK"):
+        if settings.get("PSGD_TRACEBACK"):
             traceback.print_exc()
         sys.stderr.write("%s: error: %s\n" % (prog, describe(exc)))
         return 1

@@ -14,6 +14,7 @@ naming the layer.
 """
 import numpy as np
 
+from psgd.backend import to_numpy
 from psgd.errors import UsageError
 from psgd.nnet import (AffineTransform, Dropout, Network, ReLU, Sigmoid, Softmax, Splice,
                        Tanh)
@@ -22,11 +23,6 @@ from .components import Layer
 
 _PLAIN = {"<Sigmoid>": Sigmoid, "<Tanh>": Tanh, "<Softmax>": Softmax}
 _PLAIN_KIND = {"sigmoid": "<Sigmoid>", "tanh": "<Tanh>", "softmax": "<Softmax>"}
-
-
-def _host(array):
-    return array.get() if hasattr(array, "get") and not isinstance(array, np.ndarray) \
-        else np.asarray(array)
 
 
 # --- psgd -> nnet1 ---------------------------------------------------------------------
@@ -38,8 +34,8 @@ def layers_of(net, name="the model"):
         if kind == "affine":
             layer = Layer("<AffineTransform>", comp.input_dim, comp.output_dim,
                           {"<LearnRateCoef>": 1.0, "<BiasLearnRateCoef>": 1.0, "<MaxNorm>": 0.0},
-                          {"W": _host(comp.W).astype(np.float32),
-                           "b": _host(comp.b).astype(np.float32)})
+                          {"W": to_numpy(comp.W).astype(np.float32),
+                           "b": to_numpy(comp.b).astype(np.float32)})
         elif kind in _PLAIN_KIND or kind in ("relu", "dropout"):
             if width is None:
                 raise UsageError("%s: layer %d %r comes first, so its width is unknown to "
