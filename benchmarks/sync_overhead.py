@@ -181,7 +181,7 @@ def child(argv):
     if comm.rank == 0:
         import json
         with open(args.out, "w") as f:
-            json.dump({"np": comm.size, "accel": os.environ.get("PSGD_ACCEL", "auto"),
+            json.dump({"np": comm.size, "accel": settings.get("PSGD_ACCEL"),
                        "pipeline_chunk": pipeline.pipeline_chunk(), "across_hosts": across,
                        "pipeline_threshold": pipeline.pipeline_threshold(across),
                        "rows": rows}, f)
