@@ -147,15 +147,37 @@ def test_hop_logs_the_defaults_of_the_new_n(tmp_path):
 
 @pytest.fixture
 def sharded(tmp_path):
-    """The checkpoint of a 1-epoch asgd run on 4 ranks, 2 of them servers."""
+    """The checkpoints of a 2-epoch asgd run on 4 ranks, 2 of them servers."""
     ck = str(tmp_path / "ck")
-    result = hop(4, ck, ["--algo", "asgd", "--servers", "2", "--quiet"], 1, check=False)
+    result = hop(4, ck, ["--algo", "asgd", "--servers", "2", "--quiet"], 2, check=False)
     assert result.returncode == 0, result.stderr
     return ck
 
 
+@pytest.mark.parametrize("before,after", [(2, 1), (1, 2)], ids=["2-to-1", "1-to-2"])
+def test_only_the_servers_change_on_the_same_ranks(tmp_path, before, after):
+    """Ranks 1-3 have files of their own there, which are not the model."""
+    ck, flags = str(tmp_path / "ck"), ["--algo", "masgd", "--masgd-scope", "global"]
+    assert hop(4, ck, flags + ["--servers", str(before), "--quiet"], 1,
+               check=False).returncode == 0
+    result = hop(4, ck, flags + ["--servers", str(after), "--resume"], 2)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert result.stdout.count("resume-check rank") == 4, result.stdout
+    assert "cut for %d" % after in result.stdout, result.stdout
+
+
+def test_without_latest_another_size_takes_the_newest_complete_folder(sharded):
+    os.remove(os.path.join(sharded, "LATEST"))
+    os.remove(os.path.join(sharded, "epoch-0001", "rank-00003.npz"))    # torn: not this one
+    result = psgd_train(3, *QUICK, "--algo", "asgd", "--epochs", "3", "--checkpoint-dir",
+                        sharded, "--resume")
+    assert result.returncode == 0, result.stderr
+    assert "has no LATEST: resuming from epoch-0000" in result.stdout, result.stdout
+    assert "resumed from epoch 1 of" in result.stdout, result.stdout
+
+
 def test_a_missing_shard_file_is_named_on_every_rank(sharded):
-    path = glob.glob(os.path.join(sharded, "epoch-*", "rank-00001.npz"))[0]
+    path = os.path.join(sharded, "epoch-0001", "rank-00001.npz")
     os.remove(path)
     result = psgd_train(3, *QUICK, "--algo", "asgd", "--epochs", "2", "--checkpoint-dir",
                         sharded, "--resume", "--quiet")
@@ -166,7 +188,7 @@ def test_servers_that_leave_no_worker_are_refused_before_the_resume(sharded):
     result = psgd_train(2, *QUICK, "--algo", "asgd", "--servers", "2", "--epochs", "2",
                         "--checkpoint-dir", sharded, "--resume", "--quiet")
     assert_clean_failure(result, "--servers 2 leaves no worker: run with mpirun -np 3 or more")
-    assert sorted(os.listdir(os.path.join(sharded, "epoch-0000"))) == [
+    assert sorted(os.listdir(os.path.join(sharded, "epoch-0001"))) == [
         "rank-%05d.npz" % r for r in range(4)]
 
 
