@@ -260,8 +260,9 @@ class Algorithm(mpi.Closeable):
         the global keys of `state` (sharded ones already cut to this rank's
         shard); every worker's own state stays as restart() made it."""
         fresh = self.state_dict()
-        self.load_state_dict({k: (state[k] if self.is_global_state(k) else v)
-                              for k, v in fresh.items()})
+        self.load_state_dict({k: state[k] if self.is_global_state(k) else v
+                              for k, v in fresh.items()
+                              if k in state or not self.is_global_state(k)})
 
     def exit_action(self):
         """(None | "stop" | "abort", why) when the process exits with this

@@ -231,10 +231,10 @@ class DataParallel:
         self.net.load_state_dict(ckpt.split(arrays, "net"))    # rank 0's statistics
         error, model, state = None, None, None
         try:
-            model = resize.global_model(checkpointer, folder, arrays, layout,
-                                        self.net.param_names, self.rank)
-            state = resize.global_state(checkpointer, folder, arrays, layout, self.sync,
+            saved = resize.Saved(checkpointer, folder, arrays, layout)
+            model = resize.global_model(saved, self.net.param_names, self.sync.buffer.size,
                                         self.rank)
+            state = resize.global_state(saved, self.sync, self.rank)
         except UsageError as exc:
             error = exc
         agreement.agree(self.comm, error)
