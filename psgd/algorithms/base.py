@@ -75,15 +75,11 @@ class Algorithm(mpi.Closeable):
     grad_tail = 0       # elements a gradient buffer holds behind the gradients
     clears_local_state = False  # the trainer clears its local optimizer after each sync
     OPTIONS = {}
-    # What each state_dict() key is when a checkpoint resumes on another
-    # number of workers (docs/algorithms.md, "Resuming on another N"): global
-    # state belongs to the whole job and carries over; a worker's own state
-    # has no owner at another N and restarts as restart() makes it. Keys
-    # starting with a WORKER_STATE_PREFIXES entry are a worker's too.
-    GLOBAL_STATE = ()
-    WORKER_STATE = ()
+    # state_dict() keys at a resume on another N (docs/algorithms.md): the
+    # job's carry over; a worker's own (also any key starting with a prefix
+    # below) restart as restart() makes them. Sharded: a server's shard (last axis).
+    GLOBAL_STATE = WORKER_STATE = SHARDED_STATE = ()
     WORKER_STATE_PREFIXES = ("residual",)
-    SHARDED_STATE = ()  # global keys a server rank holds one shard of (the last axis)
 
     @classmethod
     def workers(cls, size, servers=1):
@@ -259,7 +255,7 @@ class Algorithm(mpi.Closeable):
 
     def is_global_state(self, key):
         """Whether state key `key` carries over to another N (else it is a
-        worker's own, rebuilt); a key declared neither way is a TypeError."""
+        worker's own); a key declared neither way is a TypeError."""
         if key in self.GLOBAL_STATE:
             return True
         if key in self.WORKER_STATE or key.startswith(self.WORKER_STATE_PREFIXES):
@@ -272,8 +268,9 @@ class Algorithm(mpi.Closeable):
         the global keys of `state` (sharded ones already cut to this rank's
         shard); every worker's own state stays as restart() made it."""
         fresh = self.state_dict()
-        self.load_state_dict({k: (state[k] if self.is_global_state(k) else v)
-                              for k, v in fresh.items()})
+        self.load_state_dict({k: state[k] if self.is_global_state(k) else v
+                              for k, v in fresh.items()
+                              if k in state or not self.is_global_state(k)})
 
     def exit_action(self):
         """(None | "stop" | "abort", why) when the process exits with this

@@ -223,14 +223,18 @@ class DataParallel:
 
     def load_resized(self, checkpointer, folder, arrays, layout):
         """Collective, at another layout: every rank starts from the
-        checkpoint's global model, with its global state (resize.py)."""
+        checkpoint's global model, with its global state (resize.py).
+        `arrays`: rank 0's file, or this rank's own where only --servers
+        changed (the checkpointer knows ranks, not roles)."""
+        if self.rank != 0 and layout.old_size == self.size:
+            arrays = checkpointer.load_from(folder, 0)[0]   # whole: it loaded here already
         self.net.load_state_dict(ckpt.split(arrays, "net"))    # rank 0's statistics
         error, model, state = None, None, None
         try:
-            model = resize.global_model(checkpointer, folder, arrays, layout,
-                                        self.net.param_names, self.rank)
-            state = resize.global_state(checkpointer, folder, arrays, layout, self.sync,
+            saved = resize.Saved(checkpointer, folder, arrays, layout)
+            model = resize.global_model(saved, self.net.param_names, self.sync.buffer.size,
                                         self.rank)
+            state = resize.global_state(saved, self.sync, self.rank)
         except UsageError as exc:
             error = exc
         agreement.agree(self.comm, error)

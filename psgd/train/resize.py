@@ -46,55 +46,67 @@ class Layout:
                                                 self.old_workers))
 
 
-def global_model(checkpointer, folder, arrays, layout, param_names, rank):
+class Saved:
+    """The checkpoint's files this rank reads at the new layout, each read
+    once: `arrays` is rank 0's, which every rank was handed."""
+
+    def __init__(self, checkpointer, folder, arrays, layout):
+        self.checkpointer, self.folder, self.layout = checkpointer, folder, layout
+        self.files = {0: arrays}
+
+    def algo(self, rank):
+        if rank not in self.files:
+            self.files[rank] = self.checkpointer.load_from(self.folder, rank,
+                                                           self.layout.old_size)[0]
+        return ckpt.split(self.files[rank], "algo")
+
+    def whole(self, key, size):
+        """The servers' shards of state `key`, end to end (the last axis)."""
+        parts = []
+        for server in range(self.layout.old_servers):
+            shard = self.algo(server).get(key)
+            if shard is None:
+                raise UsageError("checkpoint %s: server rank %d's file lacks its shard of %r" % (
+                    self.folder, server, key))
+            parts.append(shard)
+        whole = np.concatenate(parts, axis=-1)
+        if whole.shape[-1] != size:
+            raise UsageError("checkpoint %s: the shards of %r in its %d server files cover %d "
+                             "elements, the model has %d" % (
+                                 self.folder, key, self.layout.old_servers, whole.shape[-1],
+                                 size))
+        return whole
+
+
+def global_model(saved, param_names, size, rank):
     """The checkpoint's global model, flat, on rank 0 (None elsewhere):
     rank 0's net parameters, or the servers' center shards end to end."""
     if rank != 0:
         return None
-    if not layout.old_servers:
-        net = ckpt.split(arrays, "net")
-        return np.concatenate([np.ravel(net[n]) for n in param_names])
-    return np.concatenate([_shard(checkpointer, folder, layout, s, arrays, "center")
-                           for s in range(layout.old_servers)])
+    if saved.layout.old_servers:
+        return saved.whole("center", size)
+    net = ckpt.split(saved.files[0], "net")
+    return np.concatenate([np.ravel(net[n]) for n in param_names])
 
 
-def global_state(checkpointer, folder, arrays, layout, sync, rank):
+def global_state(saved, sync, rank):
     """This rank's global algorithm state at the new layout: the declared
     global keys from a rank of the checkpoint that played the same role,
     sharded ones put together from the checkpoint's servers and cut for
     this rank's shard."""
+    layout, size = saved.layout, sync.buffer.size
     keys = [k for k in sync.state_dict() if sync.is_global_state(k)]
-    if not keys:
-        return {}
-    sharded = [k for k in keys if k in sync.SHARDED_STATE]
     state = {}
-    if len(sharded) < len(keys):
-        # a worker's role began at rank old_servers; a server's and a collective rank's at 0
-        source = layout.old_servers if sync.role == "worker" and layout.old_servers else 0
-        saved = ckpt.split(arrays if source == 0 else
-                           checkpointer.load_from(folder, source, layout.old_size)[0], "algo")
-        state.update({k: saved[k] for k in keys if k not in sharded and k in saved})
-    if sharded:
-        lo, hi = shard_bounds(sync.buffer.size, layout.servers)[rank]
-        for key in sharded:
-            whole = np.concatenate([_shard(checkpointer, folder, layout, s, arrays, key)
-                                    for s in range(layout.old_servers)], axis=-1)
-            if whole.shape[-1] != sync.buffer.size:
-                raise UsageError("checkpoint %s: the %s state %r of its %d server files covers "
-                                 "%d elements, the model has %d" % (
-                                     folder, sync.name, key, layout.old_servers,
-                                     whole.shape[-1], sync.buffer.size))
-            state[key] = whole[..., lo:hi]
+    for key in keys:
+        if key in sync.SHARDED_STATE:
+            lo, hi = shard_bounds(size, layout.servers)[rank]
+            state[key] = saved.whole(key, size)[..., lo:hi]
+        else:
+            # a worker's role began at rank old_servers; a server's and a collective rank's at 0
+            source = layout.old_servers if sync.role == "worker" else 0
+            if key in saved.algo(source):       # else load_state_dict names it
+                state[key] = saved.algo(source)[key]
     return state
-
-
-def _shard(checkpointer, folder, layout, server, arrays, key):
-    saved = arrays if server == 0 else checkpointer.load_from(folder, server, layout.old_size)[0]
-    name = "algo/" + key
-    if name not in saved:
-        raise UsageError("checkpoint %s: server rank %d's file lacks its shard of %r" % (
-            folder, server, key))
-    return saved[name]
 
 
 def optimizer_state(optimizer, saved, args, layout, averaged):

@@ -1,11 +1,12 @@
 """--resume at another number of ranks and --servers (issue 30, item 1),
 as whole jobs: each algorithm's run hops 4 -> 2 -> 4 -> 5 -> 3 ranks, one
-epoch per job (the server algorithms' --servers go 2 -> 1 -> 1 -> 2 -> 1). At every hop each rank checks, once the resume
-is set up, that its model is exactly the checkpoint's global model (w_g,
-the same in every rank's file; or the servers' center shards end to end)
-and its global algorithm state exactly the checkpoint's; the metrics file
-goes on and the accuracy improves over the hops. psgd's own file logic,
-so under one MPI (one_mpi)."""
+epoch per job (the server algorithms' --servers go 2 -> 1 -> 1 -> 2 -> 1).
+At every hop each rank checks, once the resume is set up, that its model
+is exactly the checkpoint's global model (w_g, the same in every rank's
+file; or the servers' center shards end to end) and its global algorithm
+state exactly the checkpoint's; the metrics file goes on, the accuracy
+improves over the hops, and the log says what the new N changed. psgd's
+own file logic, so under one MPI (one_mpi)."""
 import glob
 import json
 import os
@@ -20,6 +21,13 @@ pytestmark = [pytest.mark.skipif(not os.path.exists(MPIRUN), reason="no mpirun b
 QUICK = ["--model", "mlp", "--hidden", "32", "--num-samples", "1500"]
 HOPS = (4, 2, 4, 5, 3)
 SERVERS = (2, 1, 1, 2, 1)      # the server algorithms': 2 -> 1 and 1 -> 2 on the way
+# The first hop's line of what the new N changed: bsp's large-batch rule
+# (Adam at 4 workers x3, at 2 x2), easgd's alpha max(0.9 / N, 0.3) (2
+# workers 0.45, 1 worker 0.9) and rule; sod's outer_lr 0.7 * min(1, N / 4)
+# would change too, but a flag given stays as given.
+FIRST_HOP = {"bsp": "defaults for 2 workers: lr 0.006 -> 0.004",
+             "easgd": "defaults for 1 workers: lr 0.004 -> 0.002, alpha 0.45 -> 0.9",
+             "sod": "defaults for 2 workers: lr 0.004 -> 0.002828"}
 SERVER_ALGOS = ("easgd", "asgd", "masgd")
 
 # The job at each hop: psgd.worker, with a check after Trainer.setup.
@@ -105,6 +113,8 @@ def test_resume_hops_across_rank_counts(algo, tmp_path):
     flags = ["--algo", algo, "--metrics", metrics]
     if algo == "masgd":
         flags += ["--masgd-scope", "global"]       # a global velocity, carried over
+    if algo == "sod":
+        flags += ["--outer-lr", "0.5"]
     servers = [["--servers", str(s)] if algo in SERVER_ALGOS else [] for s in SERVERS]
     first = hop(HOPS[0], ck, flags + servers[0] + ["--quiet"], 1, check=False)
     assert first.returncode == 0, first.stderr
@@ -114,48 +124,47 @@ def test_resume_hops_across_rank_counts(algo, tmp_path):
         assert result.stdout.count("resume-check rank") == size, result.stdout
         assert "the checkpoint's %d ranks" % before in result.stdout, result.stdout
         assert "resume: the local optimizer's state" in result.stdout, result.stdout
+        if epoch == 2 and algo in FIRST_HOP:
+            line = [l for l in result.stdout.splitlines() if "defaults for" in l]
+            assert line and line[0].endswith(FIRST_HOP[algo]), result.stdout
     acc = accuracies(metrics)
     assert len(acc) == len(HOPS), acc                            # the metrics file went on
     assert acc[-1] > acc[0] + 0.03, acc                          # and it trained on
 
 
-def test_hop_logs_the_defaults_of_the_new_n(tmp_path):
-    """bsp's large-batch rule: Adam at 4 workers x3, at 2 x2 (lr 0.006 ->
-    0.004); easgd's alpha max(0.9 / N, 0.3): 2 workers 0.45, 1 worker 0.9;
-    a flag given stays as given."""
-    ck = str(tmp_path / "bsp")
-    assert hop(4, ck, ["--algo", "bsp", "--quiet"], 1, check=False).returncode == 0
-    result = psgd_train(2, *QUICK, "--algo", "bsp", "--epochs", "2", "--checkpoint-dir", ck,
-                        "--resume")
-    assert result.returncode == 0, result.stderr
-    assert "defaults for 2 workers: lr 0.006 -> 0.004" in result.stdout, result.stdout
-    ck = str(tmp_path / "easgd")
-    assert hop(4, ck, ["--algo", "easgd", "--servers", "2", "--quiet"], 1,
-               check=False).returncode == 0
-    result = psgd_train(2, *QUICK, "--algo", "easgd", "--epochs", "2", "--checkpoint-dir", ck,
-                        "--resume")
-    assert result.returncode == 0, result.stderr
-    assert "defaults for 1 workers: lr 0.004 -> 0.002, alpha 0.45 -> 0.9" in result.stdout, \
-        result.stdout
-    assert hop(3, ck, ["--algo", "easgd", "--alpha", "0.5", "--resume", "--quiet"], 3,
-               check=False).returncode == 0
-    result = psgd_train(2, *QUICK, "--algo", "easgd", "--epochs", "4", "--checkpoint-dir", ck,
-                        "--resume", "--alpha", "0.5")
-    line = [l for l in result.stdout.splitlines() if "defaults for 1 workers" in l]
-    assert line and line[0].endswith("defaults for 1 workers: lr 0.004 -> 0.002"), result.stdout
-
-
 @pytest.fixture
 def sharded(tmp_path):
-    """The checkpoint of a 1-epoch asgd run on 4 ranks, 2 of them servers."""
+    """The checkpoints of a 2-epoch asgd run on 4 ranks, 2 of them servers."""
     ck = str(tmp_path / "ck")
-    result = hop(4, ck, ["--algo", "asgd", "--servers", "2", "--quiet"], 1, check=False)
+    result = hop(4, ck, ["--algo", "asgd", "--servers", "2", "--quiet"], 2, check=False)
     assert result.returncode == 0, result.stderr
     return ck
 
 
+@pytest.mark.parametrize("before,after", [(2, 1), (1, 2)], ids=["2-to-1", "1-to-2"])
+def test_only_the_servers_change_on_the_same_ranks(tmp_path, before, after):
+    """Ranks 1-3 have files of their own there, which are not the model."""
+    ck, flags = str(tmp_path / "ck"), ["--algo", "masgd", "--masgd-scope", "global"]
+    assert hop(4, ck, flags + ["--servers", str(before), "--quiet"], 1,
+               check=False).returncode == 0
+    result = hop(4, ck, flags + ["--servers", str(after), "--resume"], 2)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert result.stdout.count("resume-check rank") == 4, result.stdout
+    assert "cut for %d" % after in result.stdout, result.stdout
+
+
+def test_without_latest_another_size_takes_the_newest_complete_folder(sharded):
+    os.remove(os.path.join(sharded, "LATEST"))
+    os.remove(os.path.join(sharded, "epoch-0001", "rank-00003.npz"))    # torn: not this one
+    result = psgd_train(3, *QUICK, "--algo", "asgd", "--epochs", "3", "--checkpoint-dir",
+                        sharded, "--resume")
+    assert result.returncode == 0, result.stderr
+    assert "has no LATEST: resuming from epoch-0000" in result.stdout, result.stdout
+    assert "resumed from epoch 1 of" in result.stdout, result.stdout
+
+
 def test_a_missing_shard_file_is_named_on_every_rank(sharded):
-    path = glob.glob(os.path.join(sharded, "epoch-*", "rank-00001.npz"))[0]
+    path = os.path.join(sharded, "epoch-0001", "rank-00001.npz")
     os.remove(path)
     result = psgd_train(3, *QUICK, "--algo", "asgd", "--epochs", "2", "--checkpoint-dir",
                         sharded, "--resume", "--quiet")
@@ -166,7 +175,7 @@ def test_servers_that_leave_no_worker_are_refused_before_the_resume(sharded):
     result = psgd_train(2, *QUICK, "--algo", "asgd", "--servers", "2", "--epochs", "2",
                         "--checkpoint-dir", sharded, "--resume", "--quiet")
     assert_clean_failure(result, "--servers 2 leaves no worker: run with mpirun -np 3 or more")
-    assert sorted(os.listdir(os.path.join(sharded, "epoch-0000"))) == [
+    assert sorted(os.listdir(os.path.join(sharded, "epoch-0001"))) == [
         "rank-%05d.npz" % r for r in range(4)]
 
 
