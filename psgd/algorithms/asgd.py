@@ -20,7 +20,8 @@ the center took since the worker's x_start (staleness.py has the math).
 from .. import kernels, mpi, pieces
 from ..buffers import host_copy
 from . import staleness
-from .base import Option, positive, register
+from .base import register
+from .option import Option, positive
 from .server import SERVER_OPTIONS, Server
 from .server_worker import ServerWorker
 

@@ -2,15 +2,47 @@
 
     n = Allreduce(n_k); if n == 0: return False
     w <- sum_k (n_k / n) * w_k
+Compressed (compressed.py): w <- s + sum_k (n_k / n) * (w_k - s), s the
+model of the last sync, kept for that only.
 """
-from .base import CollectiveWorker, Option, register
+from ..buffers import host_copy
+from . import compressed
+from .base import CollectiveWorker, register
+from .option import Option
 
 
 @register
 class Bsp(CollectiveWorker):
     name = "bsp"
-    OPTIONS = {"weighting": Option("samples", kind=("samples", "uniform"))}
+    OPTIONS = {"weighting": Option("samples", kind=("samples", "uniform")),
+               **compressed.OPTIONS}
     weighting: str
+    compression: str            # compressed.OPTIONS
+    compression_block: int
+    compression_start: int
+
+    def initialized(self):
+        self.start_model = self.buffer.like() if self.compressed is not None else None
+        self.restart()
+
+    def restart(self):
+        if self.start_model is not None:
+            self.start_model.data[...] = self.buffer.data
 
     def update(self, n_k, n, active):
         self.average(n_k, n, active, uniform=self.uniform_weights)
+        self.restart()
+
+    def start_point(self, out):
+        out[...] = self.start_model.data
+
+    def state_dict(self):
+        state = self.compression_state()
+        if self.start_model is not None:
+            state["start_model"] = host_copy(self.start_model.data)
+        return state
+
+    def _load_state(self, state):
+        super()._load_state(state)
+        if self.start_model is not None:
+            self.start_model.data[...] = self.buffer.xp.asarray(state["start_model"])

@@ -49,7 +49,8 @@ from mpi4py import MPI
 from .. import mpi, pieces, trace
 from ..buffers import host_copy, shard_bounds
 from ..errors import ProtocolError, UsageError
-from .base import Algorithm, Option
+from .base import Algorithm
+from .option import Option
 from .server_failure import GivingUp
 from .server_stats import ServerStats, Service  # noqa: F401  (re-exported)
 from .service_order import ServiceOrder

@@ -19,6 +19,8 @@ ALGORITHM_FLAGS = {
     "barrier_period": "barrier_period",
     "masgd_momentum": "momentum", "masgd_scope": "scope",
     "staleness_compensation": "staleness_compensation", "dc_lambda": "dc_lambda",
+    "compression": "compression", "compression_block": "compression_block",
+    "compression_start": "compression_start",
 }
 MODELS = ("cnn", "mlp", "lstm")
 SCHEDULES = ("constant", "exponential", "newbob")
@@ -88,6 +90,14 @@ def build_parser(prog="psgd-train"):
                    help="asgd/masgd: correct a stale delta (scale: divide by its staleness; "
                         "dc: DC-ASGD delay compensation)")
     g.add_argument("--dc-lambda", type=float, help="asgd/masgd dc: curvature scale lambda")
+    g.add_argument("--compression", choices=("none", "fp16", "bf16", "1bit"),
+                   help="bsp/bmuf/sod/syncgrad: quantize each sync's sum, with error "
+                        "feedback (default none)")
+    g.add_argument("--compression-block", type=int, metavar="B",
+                   help="1bit: elements per block sharing two reconstruction values "
+                        "(default 512)")
+    g.add_argument("--compression-start", type=int, metavar="K",
+                   help="the first K syncs go uncompressed (a warm-up; default 0)")
 
     g = p.add_argument_group("model and optimizer")
     g.add_argument("--model", default="cnn", help="cnn (default) | mlp | lstm")
@@ -254,6 +264,8 @@ def validate(args):
             raise UsageError("--servers must be >= 1, got %d" % servers)
     for flag, option in ALGORITHM_FLAGS.items():
         if getattr(args, flag) is not None and option not in cls.OPTIONS:
+            if option.startswith("compression") and cls.not_compressed:
+                raise UsageError("--%s: %s" % (flag.replace("_", "-"), cls.not_compressed))
             raise UsageError("--%s does not apply to --algo %s" % (flag.replace("_", "-"), args.algo))
     return args
 

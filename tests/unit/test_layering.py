@@ -13,7 +13,7 @@ ROOT = pathlib.Path(psgd.__file__).parent
 # Module-name prefix -> floor (the longest matching prefix wins).
 FLOORS = {"psgd.errors": 0, "psgd._threads": 0, "psgd._cuda_first": 0,
           "psgd.backend": 1, "psgd.buffers": 1, "psgd.mpi": 1, "psgd.mpi_async": 1,
-          "psgd.kernels": 1,
+          "psgd.kernels": 1, "psgd.compression": 1,
           "psgd.cuda_aware": 1, "psgd.atomic": 1, "psgd.agreement": 1, "psgd.pieces": 1,
           "psgd.pipeline": 1, "psgd.nccl": 1, "psgd.trace": 1,
           "psgd": 2, "psgd.algorithms": 2,      # the package's facade re-exports create()
@@ -28,7 +28,7 @@ FLOORS = {"psgd.errors": 0, "psgd._threads": 0, "psgd._cuda_first": 0,
 SIDEWAYS = {("psgd.kaldi", "psgd.nnet"), ("psgd.kaldi", "psgd.data"),
             ("psgd.buffers", "psgd.backend"), ("psgd.kernels", "psgd.backend"),
             ("psgd.mpi", "psgd.backend"), ("psgd.mpi", "psgd.cuda_aware"),
-            ("psgd.mpi", "psgd.mpi_async"),
+            ("psgd.mpi", "psgd.mpi_async"), ("psgd.compression", "psgd.kernels"),
             ("psgd.pieces", "psgd.mpi"), ("psgd.pipeline", "psgd.mpi"),
             ("psgd.nccl", "psgd.mpi"), ("psgd.nccl", "psgd.backend"),
             ("psgd", "psgd.algorithms"), ("psgd.torch", "psgd.torch_buckets"),

@@ -1,0 +1,95 @@
+"""Compression on the wire for the collective algorithms (docs/algorithms.md,
+"Compression on the wire"): their options, and the sum of contributions
+c_k through psgd/compression's striped, error-fed exchange.
+
+    bsp, bmuf, sod:  c_k = (n_k / n) * (w_k - s)    s: the block's start point
+    syncgrad:        c_k = b_k * g_k, divided by b = sum_k b_k afterwards
+syncgrad's count cannot ride in 1-bit data, so it rides beside it, exact,
+in the header of every message of the striped sum (psgd/compression/
+stripes.py): still one exchange per sync and no other collective.
+"""
+import numpy as np
+
+from .. import kernels
+from ..compression import KINDS, StripedSum, quantizer
+from ..errors import UsageError
+from .option import Option, positive
+
+
+def _non_negative(v):
+    return None if v >= 0 else "must be >= 0"
+
+
+OPTIONS = {"compression": Option("none", kind=KINDS),
+           "compression_block": Option(512, positive, kind=int),
+           "compression_start": Option(0, _non_negative, kind=int)}
+
+RANGES = {"fp16": "fp16's range (|x| <= 65504)", "bf16": "bf16's range (float32's)",
+          "1bit": "float32's range"}
+
+
+def buffer_problem(options, buffer):
+    """Why `buffer` cannot be compressed under `options`, or None."""
+    if options.get("compression", "none") != "none" and buffer.on_device:
+        return ("compression=%s: compressed sums of device (CuPy) buffers are not built yet; "
+                "use compression=none on a GPU" % options["compression"])
+    return None
+
+
+class Compression:
+    """One collective worker's compressed sums of its flat buffer: the
+    striped exchange, its residuals, and a scratch for the start point
+    (all allocated once)."""
+
+    def __init__(self, comm, size, dtype, kind, block, start):
+        self.kind, self.start = kind, start
+        self.striped = StripedSum(comm, size, dtype, quantizer(kind, block))
+        self.scratch = np.zeros(size, dtype)
+
+    @property
+    def residual(self):
+        """e_k: add c_k to it, then sum()."""
+        return self.striped.feedback.worker
+
+    def applies(self, sync):
+        """Whether sync number `sync` (from 0) is compressed."""
+        return sync >= self.start
+
+    def sum(self, out, sync, count=0, bad=0):
+        """out <- G; (sum of count, sum of bad) exactly. An overflow on any
+        rank is a UsageError on every rank, naming the sync (from 1)."""
+        count, bad, overflow = self.striped.sum(out, count, bad)
+        if overflow:
+            raise UsageError(
+                "compression=%s: sync %d has a value beyond %s, an inf or a NaN (the model "
+                "diverged, or the format is too narrow: try bf16, or a smaller learning rate)"
+                % (self.kind, sync + 1, RANGES[self.kind]))
+        return count, bad
+
+    def add_delta(self, w, s, weight):
+        """e_k += weight * (w - s), block by block."""
+        t = w.dtype.type(weight)
+
+        def add(e, w, s):
+            d = np.subtract(w, s)
+            d *= t
+            e += d
+        kernels.blockwise(add, self.residual, w, s)
+
+    def zero(self):
+        self.striped.feedback.zero()
+
+    def state_dict(self):
+        return self.striped.feedback.state_dict()
+
+    def load_state_dict(self, state):
+        self.striped.feedback.load_state_dict(state)
+
+
+def make(comm, size, dtype, options):
+    """The Compression of a buffer of `size` elements under `options`, or
+    None (compression=none)."""
+    if options.get("compression", "none") == "none":
+        return None
+    return Compression(comm, size, dtype, options["compression"],
+                       options["compression_block"], options["compression_start"])
