@@ -100,6 +100,8 @@ class AsgdServer(Server):
 @register
 class Asgd(ServerWorker):
     name = "asgd"
+    # the contract compresses the push (u = delta + e_k, a shard per stripe)
+    not_compressed = "compression of asgd's and masgd's push is not built yet"
     OPTIONS = OPTIONS
     server = AsgdServer
     alpha: float
