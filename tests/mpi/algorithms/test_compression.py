@@ -190,3 +190,10 @@ def test_fp16_overflow_names_the_sync_on_every_rank(comm):
     with pytest.raises(UsageError, match=r"compression=fp16: sync 3 has a value beyond fp16"):
         sync.synchronize(1)
     sync.close()
+
+
+def test_device_buffers_refuse_compression_in_one_line(comm, sim):
+    params = [sim.asarray(a) for a in initial()]
+    with pytest.raises(UsageError, match=r"compression=1bit: compressed sums of device \(CuPy\) "
+                       r"buffers are not built yet"):
+        psgd.create("bmuf", params, comm=comm, compression="1bit")
