@@ -86,6 +86,67 @@ class Compression:
         self.striped.feedback.load_state_dict(state)
 
 
+class Push:
+    """A server algorithm worker's compressed push (asgd, masgd): u = delta
+    + e_k, one message of Q(u) per server shard (a shard plays a stripe's
+    part: its blocks start at its first element), e_k <- u - D(Q(u)). The
+    server applies D(q) (ShardDecoder) and replies with the model as it is."""
+
+    def __init__(self, shards, dtype, kind, block, start):
+        self.kind, self.start, self.shards = kind, start, shards
+        self.q = quantizer(kind, block)
+        self.residual = np.zeros(shards[-1][1] if shards else 0, dtype)     # e_k
+        self.wires = [np.zeros(self.q.nbytes(hi - lo), np.uint8) for lo, hi in shards]
+
+    def applies(self, sync):
+        return sync >= self.start
+
+    def encode(self, delta, sync, rank):
+        """The messages of this push; an overflow is a UsageError on this
+        worker before anything is sent (as a bad count is)."""
+        self.residual += delta
+        ok = True
+        for (lo, hi), wire in zip(self.shards, self.wires):
+            ok = self.q.encode(self.residual[lo:hi], wire) and ok
+        if not ok:
+            raise UsageError("compression=%s: worker %d's push at its sync %d has a value "
+                             "beyond %s, an inf or a NaN (the model diverged, or the format is "
+                             "too narrow: try bf16, or a smaller learning rate)" % (
+                                 self.kind, rank, sync + 1, RANGES[self.kind]))
+        return self.wires
+
+
+class ShardDecoder:
+    """The server's side of compressed pushes to its shard of `size`
+    elements: each worker's syncs counted, so the server knows which of
+    them are past compression_start, as the worker does."""
+
+    def __init__(self, size, kind, block, start):
+        self.q, self.start = quantizer(kind, block), start
+        self.wire = np.zeros(self.q.nbytes(size), np.uint8)
+        self.pushes = {}
+
+    def compressed(self, rank):
+        """Whether worker `rank`'s push now being served is compressed."""
+        count = self.pushes.get(rank, 0)
+        self.pushes[rank] = count + 1
+        return count >= self.start
+
+
+def make_push(shards, dtype, options):
+    if options.get("compression", "none") == "none":
+        return None
+    return Push(shards, dtype, options["compression"], options["compression_block"],
+                options["compression_start"])
+
+
+def make_decoder(size, options):
+    if options.get("compression", "none") == "none":
+        return None
+    return ShardDecoder(size, options["compression"], options["compression_block"],
+                        options["compression_start"])
+
+
 def make(comm, size, dtype, options):
     """The Compression of a buffer of `size` elements under `options`, or
     None (compression=none)."""

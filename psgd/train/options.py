@@ -91,8 +91,8 @@ def build_parser(prog="psgd-train"):
                         "dc: DC-ASGD delay compensation)")
     g.add_argument("--dc-lambda", type=float, help="asgd/masgd dc: curvature scale lambda")
     g.add_argument("--compression", choices=("none", "fp16", "bf16", "1bit"),
-                   help="bsp/bmuf/sod/syncgrad: quantize each sync's sum, with error "
-                        "feedback (default none)")
+                   help="bsp/bmuf/sod/syncgrad: quantize each sync's sum; asgd/masgd: "
+                        "the push; with error feedback (default none)")
     g.add_argument("--compression-block", type=int, metavar="B",
                    help="1bit: elements per block sharing two reconstruction values "
                         "(default 512)")

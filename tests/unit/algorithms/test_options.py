@@ -38,7 +38,7 @@ def test_defaults_follow_the_contract():
     ("syncgrad", {"compression_start": -1}, "compression_start"),
     ("bsp", {"compression_block": 2.5}, "integer"),
     ("easgd", {"compression": "fp16"}, "exchanges a model"),
-    ("masgd", {"compression_start": 3}, "^compression_start: compression of asgd's"),
+    ("masgd", {"compression": "4bit"}, "none, fp16, bf16, 1bit"),
 ])
 def test_invalid_options_are_usage_errors(name, options, match):
     with pytest.raises(UsageError, match=match):
