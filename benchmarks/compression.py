@@ -128,14 +128,24 @@ def run(quick=False, regime="shm", nps=(2, 4)):
                 runs.append(data)
     else:
         import mpi_regimes
-        for np_ in nps:
-            out = common.result_path("compression_np%d_%s.json" % (np_, regime))
-            common.results_dir()
-            runs.append(mpi_regimes.run_in_regime("compression.py", np_, out, regime, args,
-                                                  timeout=1800))
-    common.save_json("compression_%s.json" % regime.replace(" ", "_"),
+        for reg in mpi_regimes.regimes(regime):
+            for np_ in nps:
+                out = common.result_path("compression_np%d_%s.json" % (np_, reg))
+                common.results_dir()
+                runs.append(mpi_regimes.run_in_regime("compression.py", np_, out, reg, args,
+                                                      timeout=1800))
+    common.save_json("compression_cluster.json" if regime == "cluster" else "compression.json",
                      {"packing": pack, "runs": runs})
     return report(pack, runs)
+
+
+def rerender():
+    saved = common.load_json("compression.json")
+    try:
+        cluster_runs = common.load_json("compression_cluster.json")["runs"]
+    except (OSError, ValueError, KeyError):
+        cluster_runs = []
+    return report(saved["packing"], saved["runs"] + cluster_runs)
 
 
 def report(pack, runs, note=""):
@@ -179,7 +189,7 @@ def main():
         return
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--regime", default="shm", choices=("shm", "network", "cluster"))
+    p.add_argument("--regime", default="shm", choices=("shm", "network", "both", "cluster"))
     args = p.parse_args()
     print(run(quick=args.quick, regime=args.regime).markdown)
 
