@@ -27,13 +27,10 @@ KINDS = ("none", "fp16", "bf16", "1bit")
 TITLE = "Compression on the wire"
 
 
-def _best_of(fn, reps):
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return common.median(times)
+def _once(fn):
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
 
 
 def packing(sizes, quick):
@@ -61,7 +58,7 @@ def packing(sizes, quick):
             med = {k: [] for k in fns}
             for r in range(reps):
                 for k, fn in (list(fns.items()) if r % 2 else list(fns.items())[::-1]):
-                    med[k].append(_best_of(fn, 1))
+                    med[k].append(_once(fn))
             med = {k: common.median(v) for k, v in med.items()}
             encode_alone = med["encode"] - med["memcpy"]   # less its input refresh
             rows.append({"size": size, "kind": kind, "memcpy": med["memcpy"],

@@ -39,12 +39,20 @@ def buffer_problem(options, buffer):
 class Compression:
     """One collective worker's compressed sums of its flat buffer: the
     striped exchange, its residuals, and a scratch for the start point
-    (all allocated once)."""
+    (each allocated once)."""
 
     def __init__(self, comm, size, dtype, kind, block, start):
         self.kind, self.start = kind, start
         self.striped = StripedSum(comm, size, dtype, quantizer(kind, block))
-        self.scratch = np.zeros(size, dtype)
+        self._scratch = None
+
+    @property
+    def scratch(self):
+        """A model-sized array for the start point s, allocated at its first
+        use (syncgrad never needs one)."""
+        if self._scratch is None:
+            self._scratch = np.zeros_like(self.residual)
+        return self._scratch
 
     @property
     def residual(self):

@@ -34,11 +34,15 @@ def _as_float32(u, scratch):
     return out
 
 
-class Fp16:
-    name = "fp16"
+class _TwoBytes:
+    """A format of 2 bytes per element."""
 
     def nbytes(self, n):
         return 2 * n
+
+
+class Fp16(_TwoBytes):
+    name = "fp16"
 
     def encode(self, u, wire):
         """Q(u) into wire, u <- u - D(Q(u)); False when a value overflowed."""
@@ -62,13 +66,10 @@ class Fp16:
             np.copyto(out, half, casting="safe")
 
 
-class Bf16:
+class Bf16(_TwoBytes):
     """The upper 16 bits of the float32 value, rounded to nearest even:
     add 0x7FFF + ((bits >> 16) & 1) to the bits, keep the upper half."""
     name = "bf16"
-
-    def nbytes(self, n):
-        return 2 * n
 
     def encode(self, u, wire):
         top, ok = wire[:2 * u.size].view(np.uint16), True

@@ -51,11 +51,6 @@ class StripedSum:
         self.gathered = np.zeros(total, np.uint8)   # every p_j
         self.stripe_sum = np.zeros(hi - lo, dtype)  # S_j
 
-    @property
-    def wire_bytes(self):
-        """Bytes this rank sends per sum (both steps; its own stripe included)."""
-        return int(self.send.size + self.sizes[self.rank])
-
     def _header(self, wire, offset):
         return wire[offset:offset + HEADER_BYTES].view(np.int64)
 
