@@ -42,6 +42,13 @@ class Bsp(CollectiveWorker):
             state["start_model"] = host_copy(self.start_model.data)
         return state
 
+    def load_state_dict(self, state):
+        # a checkpoint taken without compression: it was taken right after
+        # a sync, so the start point is the model itself
+        if self.start_model is not None and "start_model" not in state:
+            state = dict(state, start_model=host_copy(self.buffer.data))
+        super().load_state_dict(state)
+
     def _load_state(self, state):
         super()._load_state(state)
         if self.start_model is not None:

@@ -197,3 +197,16 @@ def test_device_buffers_refuse_compression_in_one_line(comm, sim):
     with pytest.raises(UsageError, match=r"compression=1bit: compressed sums of device \(CuPy\) "
                        r"buffers are not built yet"):
         psgd.create("bmuf", params, comm=comm, compression="1bit")
+
+
+def test_a_plain_checkpoint_resumes_compressed(comm):
+    """bsp's start point, absent from a checkpoint taken without
+    compression, is the model the checkpoint was taken on."""
+    plain, _ = drive(comm, "bsp", syncs=2)
+    state, model = plain.state_dict(), [v.copy() for v in plain.params]
+    assert state == {}
+    resumed = psgd.create("bsp", model, comm=comm, compression="bf16")
+    resumed.load_state_dict(state)
+    assert resumed.start_model.data.tobytes() == resumed.buffer.data.tobytes()
+    for obj in (plain, resumed):
+        obj.close()
