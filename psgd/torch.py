@@ -57,6 +57,9 @@ def create(name, model, comm=None, buffers=False, bucket_mb=None, **options):
                 raise UsageError("psgd.torch syncgrad sums its buckets through MPI; "
                                  "exchange=%r is not supported with it" % options["exchange"])
             options["exchange"] = "mpi"
+            if options.get("compression", "none") != "none":
+                raise UsageError("psgd.torch syncgrad: compression of its bucketed sums is not "
+                                 "built yet (bsp, bmuf and sod compress under psgd.torch)")
     except UsageError as exc:
         error = exc
     agreement.agree(comm, error)

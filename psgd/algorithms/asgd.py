@@ -17,10 +17,15 @@ K + N - 2 updates after the x it started from. K <= 0 disables it.
 staleness_compensation = none | scale | dc corrects a delta for the updates
 the center took since the worker's x_start (staleness.py has the math).
 """
+import numpy as np
+from mpi4py import MPI
+
 from .. import kernels, mpi, pieces
 from ..buffers import host_copy
-from . import staleness
-from .base import Option, positive, register
+from ..protocol import TAG_MODEL
+from . import compressed, staleness
+from .base import register
+from .option import Option, positive
 from .server import SERVER_OPTIONS, Server
 from .server_worker import ServerWorker
 
@@ -29,7 +34,8 @@ OPTIONS = {"alpha": Option(1.0, positive, help="the center's gain on a delta (de
                                     help="bounded staleness K: a barrier every K syncs "
                                          "(default 0: none)"),
            **staleness.OPTIONS,
-           **SERVER_OPTIONS}
+           **SERVER_OPTIONS,
+           **compressed.OPTIONS}
 
 
 class AsgdServer(Server):
@@ -39,6 +45,9 @@ class AsgdServer(Server):
     barrier_period: int
     staleness_compensation: str   # staleness.OPTIONS
     dc_lambda: float
+    compression: str              # compressed.OPTIONS
+    compression_block: int
+    compression_start: int
 
     def initialized(self):
         self.held = []                 # workers whose reply waits for the barrier
@@ -46,19 +55,27 @@ class AsgdServer(Server):
         self.delay_compensation = staleness.DelayCompensation(
             self.center, range(self.servers, self.node.size), self.dc_lambda) \
             if self.staleness_compensation == "dc" else None
+        self.decoder = compressed.make_decoder(self.incoming.size, self.options)
         super().initialized()
 
     def serve(self, rank):
         self.since_release += 1
         hold = bool(self.held) or 0 < self.barrier_period <= self.since_release
-        dc = self.delay_compensation
+        dc, received = self.delay_compensation, False
+        if self.decoder is not None and self.decoder.compressed(rank):
+            # one message of Q(u); delta_k = D(q)
+            self.comm.Recv([self.decoder.wire, MPI.BYTE], source=rank, tag=TAG_MODEL)
+            self.decoder.q.decode(self.decoder.wire, self.incoming.data)
+            received = True
         if dc is not None:                                  # it reads all of delta_k first
-            self.incoming_exchange.recv(rank)
+            if not received:
+                self.incoming_exchange.recv(rank)
+            received = True
             dc.correct(rank, self.center.data, self.incoming.data)
         # Recv(delta_k); x <- x + alpha * delta_k; Send(x): piece by piece
         pieces.serve(self.incoming_exchange, self.center_exchange, rank,
                      lambda lo, hi: self.update(rank, lo, hi), reply=not hold,
-                     received=dc is not None)
+                     received=received)
         if hold:
             self.held.append(rank)
             return None
@@ -108,27 +125,51 @@ class Asgd(ServerWorker):
     barrier_period: int
     staleness_compensation: str   # staleness.OPTIONS
     dc_lambda: float
+    compression: str              # compressed.OPTIONS
+    compression_block: int
+    compression_start: int
 
     def initialized(self):
         self.previous = self.buffer.like()      # w_prev: the x last pulled
         self.previous_parts = self.shard_parts(mpi.Exchange(self.comm, self.previous))
         self.delta = self.buffer.like()
         self.delta_parts = self.shard_parts(mpi.Exchange(self.comm, self.delta))
+        self.push = compressed.make_push(self.shards, self.buffer.dtype, self.options)
         super().initialized()
 
     def restart(self):
         self.previous.data[...] = self.buffer.data
+        if self.push is not None:
+            self.push.residual.fill(0)
+
+    def before_push(self):
+        w, w_prev = self.buffer.data, self.previous.data
+        self.buffer.xp.subtract(w, w_prev, out=self.delta.data)          # w_k - w_prev
+        self.wires = None
+        if self.push is not None and self.push.applies(self.syncs):
+            self.wires = self.push.encode(self.delta.data, self.syncs, self.node.rank)
 
     def exchange_with_server(self):
         w, w_prev = self.buffer.data, self.previous.data
-        self.buffer.xp.subtract(w, w_prev, out=self.delta.data)          # w_k - w_prev
         receives = [(s, part.irecv(s)) for s, part in enumerate(self.previous_parts)]  # w_prev <- x
-        sends = [(s, part.isend(s)) for s, part in enumerate(self.delta_parts)]
+        if self.wires is not None:
+            sends = [(s, mpi.Request([self.comm.Isend([wire, MPI.BYTE], dest=s,
+                                                      tag=TAG_MODEL)]))
+                     for s, wire in enumerate(self.wires)]
+        else:
+            sends = [(s, part.isend(s)) for s, part in enumerate(self.delta_parts)]
         self.await_server(receives, sends)
         w[...] = w_prev                                                   # w_k <- x
 
     def state_dict(self):
-        return {"w_prev": host_copy(self.previous.data)}
+        state = {"w_prev": host_copy(self.previous.data)}
+        if self.push is not None:
+            state["residual_worker"] = self.push.residual.copy()
+        return state
 
     def _load_state(self, state):
         self.previous.data[...] = self.buffer.xp.asarray(state["w_prev"])
+        if self.push is not None:
+            saved = state.get("residual_worker")
+            ok = saved is not None and np.shape(saved) == self.push.residual.shape
+            self.push.residual[...] = saved if ok else 0

@@ -3,15 +3,15 @@ broadcast of rank 0's initial model, and the collective counts-and-stop
 loop (create() and the layout check are in factory.py). The algorithm files
 hold only their math.
 """
-import math
-import numbers
 
 import numpy as np
 from mpi4py import MPI
 
 from .. import agreement, mpi, nccl, pipeline, trace
+from ..compression.feedback import is_residual
 from ..errors import UsageError
 from .sample_count import check_count
+from . import compressed
 
 REGISTRY = {}
 
@@ -20,47 +20,6 @@ def register(cls):
     """Class decorator: make `cls` creatable by `psgd.create(cls.name, ...)`."""
     REGISTRY[cls.name] = cls
     return cls
-
-
-class Option:
-    """One algorithm option, declared once: its default (a value, or a
-    function of N), its kind (float, int, bool, or a tuple of choices), a
-    check that returns an error text or None, and its help. The command line
-    derives its flag from this (psgd/train/algorithm_flags.py): `--name`, or
-    `--flag` where the name alone would be ambiguous; flag=False keeps it
-    to the Python API."""
-
-    def __init__(self, default, check=None, kind=float, help=None, flag=None):
-        self.default, self.check, self.kind = default, check, kind
-        self.help, self.flag = help, flag
-
-    def resolve(self, name, value, N):
-        if value is None:
-            value = self.default(N) if callable(self.default) else self.default
-        if self.kind is bool:
-            if not isinstance(value, (bool, np.bool_)):
-                raise UsageError("option %s must be true or false, got %r" % (name, value))
-            value = bool(value)
-        elif self.kind in (float, int):
-            if isinstance(value, bool) or not isinstance(value, numbers.Real):
-                raise UsageError("option %s must be a number, got %r" % (name, value))
-            if self.kind is int and int(value) != value:
-                raise UsageError("option %s must be an integer, got %r" % (name, value))
-            value = self.kind(value)
-            if self.kind is float and not math.isfinite(value):
-                raise UsageError("option %s must be finite, got %r" % (name, value))
-        elif isinstance(self.kind, tuple):
-            if value not in self.kind:
-                raise UsageError("option %s must be one of %s, got %r" % (
-                    name, ", ".join(self.kind), value))
-        problem = self.check(value) if self.check else None
-        if problem:
-            raise UsageError("option %s=%r: %s" % (name, value, problem))
-        return value
-
-
-def positive(v):
-    return None if v > 0 else "must be > 0"
 
 
 class Algorithm(mpi.Closeable):
@@ -76,10 +35,10 @@ class Algorithm(mpi.Closeable):
     clears_local_state = False  # the trainer clears its local optimizer after each sync
     OPTIONS = {}
     # state_dict() keys at a resume on another N (docs/algorithms.md): the
-    # job's carry over; a worker's own (also any key starting with a prefix
-    # below) restart as restart() makes them. Sharded: a server's shard (last axis).
+    # job's carry over; a worker's own (and compression's residuals) restart
+    # as restart() makes them. Sharded: a server's shard (last axis).
     GLOBAL_STATE = WORKER_STATE = SHARDED_STATE = ()
-    WORKER_STATE_PREFIXES = ("residual",)
+    not_compressed = None   # why compression= is refused, where it is
 
     @classmethod
     def workers(cls, size, servers=1):
@@ -89,6 +48,9 @@ class Algorithm(mpi.Closeable):
     @classmethod
     def resolve_options(cls, options, size, servers=1):
         unknown = sorted(set(options) - set(cls.OPTIONS))
+        if cls.not_compressed and any(k.startswith("compression") for k in unknown):
+            raise UsageError("%s: %s" % (min(k for k in unknown if k.startswith("compression")),
+                                         cls.not_compressed))
         if unknown:
             raise UsageError("%s has no option %s; its options: %s" % (
                 cls.name, ", ".join(unknown), ", ".join(sorted(cls.OPTIONS)) or "none"))
@@ -242,6 +204,8 @@ class Algorithm(mpi.Closeable):
 
     def load_state_dict(self, state):
         for key, array in self.state_dict().items():
+            if is_residual(key):
+                continue        # per-worker residuals: compression.feedback's rules
             if key not in state:
                 raise UsageError("checkpoint lacks %s state %r" % (self.name, key))
             value = np.asarray(state[key])
@@ -258,7 +222,7 @@ class Algorithm(mpi.Closeable):
         worker's own); a key declared neither way is a TypeError."""
         if key in self.GLOBAL_STATE:
             return True
-        if key in self.WORKER_STATE or key.startswith(self.WORKER_STATE_PREFIXES):
+        if key in self.WORKER_STATE or is_residual(key):
             return False
         raise TypeError("%s: state key %r is declared neither in GLOBAL_STATE nor in "
                         "WORKER_STATE" % (type(self).__name__, key))
@@ -296,6 +260,34 @@ class CollectiveWorker(Algorithm):
     """Every rank is a worker; one Allreduce of the counts opens each sync."""
 
     stopped = False
+    compression = "none"        # compressed.OPTIONS, where a subclass declares them
+
+    def __init__(self, comm, buffer, *args, **kwargs):
+        super().__init__(comm, buffer, *args, **kwargs)
+        self.compressed = compressed.make(comm, self.compressed_size(), buffer.dtype,
+                                          self.options)
+
+    def compressed_size(self):
+        """Elements of the sums that are compressed (syncgrad's: the gradients)."""
+        return self.buffer.size
+
+    def compressing(self):
+        """Whether this sync's sum is compressed (compression_start syncs are not)."""
+        return self.compressed is not None and self.compressed.applies(self.syncs)
+
+    def reset_to(self, params=None):
+        super().reset_to(params)
+        if self.compressed is not None:
+            self.compressed.zero()
+
+    def compression_state(self):
+        """The residuals, for a subclass's state_dict."""
+        return {} if self.compressed is None else self.compressed.state_dict()
+
+    def _load_state(self, state):
+        if self.compressed is not None:
+            self.compressed.load_state_dict(state)
+
     @property
     def stats(self):
         """Views of the statistics passed as stats= (averaged at every sync)."""
@@ -380,10 +372,27 @@ class CollectiveWorker(Algorithm):
         the bits of one call at np 2."""
         w = self.buffer.data
         weight = w.dtype.type(self._weight(n_k, n, active, uniform))
+        if self.compressing():
+            self._compressed_average(weight, then)
+            return
 
         def scale(lo, hi):
             w[lo:hi] *= weight
         pipeline.allreduce(self.exchange, before=scale, after=then)
+
+    def _compressed_average(self, weight, then):
+        """w <- s + G, G the compressed sum of c_k = weight * (w_k - s)."""
+        w, s = self.buffer.data, self.compressed.scratch
+        self.start_point(s)
+        self.compressed.add_delta(w, s, weight)
+        self.compressed.sum(w, self.syncs)
+        w += s
+        if then:
+            then(0, w.size)
+
+    def start_point(self, out):
+        """out <- s, the model every rank started this block from."""
+        raise NotImplementedError
 
     def update(self, n_k, n, active):
         raise NotImplementedError

@@ -17,7 +17,9 @@ import numpy as np
 
 from .. import kernels
 from ..buffers import host_copy
-from .base import CollectiveWorker, Option, positive, register
+from . import compressed
+from .base import CollectiveWorker, register
+from .option import Option, positive
 
 
 def _momentum_range(eta):
@@ -36,12 +38,16 @@ class Bmuf(CollectiveWorker):
         "reset_local_state": Option(True, kind=bool,
                                     help="clear the local optimizer state after each sync "
                                          "(default on; the trainer's: off)"),
+        **compressed.OPTIONS,
     }
     GLOBAL_STATE = ("global_model", "block_momentum", "block_start")
     block_momentum: float   # eta
     block_lr: float         # zeta
     nesterov: bool
     reset_local_state: bool
+    compression: str            # compressed.OPTIONS
+    compression_block: int
+    compression_start: int
 
     @property
     def clears_local_state(self):
@@ -68,6 +74,11 @@ class Bmuf(CollectiveWorker):
                             self.block_momentum_buffer.data[lo:hi],
                             self.block_momentum, self.block_lr, self.nesterov, self.start)
 
+    def start_point(self, out):
+        """s = w_g + start * D."""
+        out[...] = self.global_model.data
+        kernels.axpy(out, self.start, self.block_momentum_buffer.data)
+
     def finish(self):
         self.buffer.data[...] = self.global_model.data
         self.start = 0.0
@@ -75,7 +86,7 @@ class Bmuf(CollectiveWorker):
     def state_dict(self):
         return {"global_model": host_copy(self.global_model.data),
                 "block_momentum": host_copy(self.block_momentum_buffer.data),
-                "block_start": np.asarray(self.start)}
+                "block_start": np.asarray(self.start), **self.compression_state()}
 
     def load_state_dict(self, state):
         # a checkpoint from before the start was kept: the trainer's are all
@@ -83,6 +94,7 @@ class Bmuf(CollectiveWorker):
         super().load_state_dict(dict({"block_start": np.asarray(0.0)}, **state))
 
     def _load_state(self, state):
+        super()._load_state(state)
         self.global_model.data[...] = self.buffer.xp.asarray(state["global_model"])
         self.block_momentum_buffer.data[...] = self.buffer.xp.asarray(state["block_momentum"])
         self.start = float(state["block_start"])

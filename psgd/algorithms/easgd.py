@@ -12,7 +12,8 @@ Both sides use the values from before the exchange (a symmetric elastic force).
 Default alpha = 0.9 / N (the paper's beta = N * alpha = 0.9).
 """
 from .. import kernels, mpi
-from .base import Option, register
+from .base import register
+from .option import Option
 from .server import SERVER_OPTIONS, Server
 from .server_worker import ServerWorker
 
@@ -42,6 +43,8 @@ class EasgdServer(Server):
 @register
 class Easgd(ServerWorker):
     name = "easgd"
+    not_compressed = ("easgd exchanges a model, not a delta, so it is not compressed "
+                      "(compression serves bsp, bmuf, sod and syncgrad)")
     OPTIONS = OPTIONS
     server = EasgdServer
     alpha: float

@@ -10,7 +10,7 @@ from .. import agreement, mpi, nccl, settings
 from ..backend import array_module, off_device
 from ..buffers import FlatBuffer
 from ..errors import UsageError
-from . import lifecycle, tracing
+from . import compressed, lifecycle, tracing
 from .base import REGISTRY
 
 
@@ -75,6 +75,9 @@ def create(name, params, comm=None, grads=None, stats=None, servers=None, exchan
                              "mpirun -np 2 or more (got %d process)" % (name, comm.Get_size()))
         resolved = cls.resolve_options(options, comm.Get_size(), servers)
         buffer = _as_buffer(params, "params")
+        problem = compressed.buffer_problem(resolved, buffer)
+        if problem:
+            raise UsageError(problem)
         needs_grads = cls.needs_grads
         if needs_grads and grads is None:
             raise UsageError("%s averages gradients: pass grads= (arrays shaped like params)" % name)

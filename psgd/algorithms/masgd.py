@@ -15,7 +15,8 @@ import numpy as np
 from .. import kernels
 from ..buffers import host_copy
 from .asgd import OPTIONS as ASGD_OPTIONS, Asgd, AsgdServer
-from .base import Option, positive, register
+from .base import register
+from .option import Option, positive
 
 
 def _momentum_range(m):

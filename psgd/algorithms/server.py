@@ -46,8 +46,9 @@ from ..buffers import host_copy, shard_bounds
 from ..errors import ProtocolError, UsageError
 from ..protocol import (CONTROL_SLOTS, MSG_FINISHED, NOTICE_DONE, NOTICE_SERVER_ERROR,
                         TAG_MSG, TAG_SHARD, notice_text)
-from .base import Algorithm, Option
+from .base import Algorithm
 from .control_queue import ControlQueue
+from .option import Option
 from .server_failure import GivingUp
 from .server_stats import ServerStats, Service  # noqa: F401  (re-exported)
 from .service_order import ServiceOrder

@@ -56,6 +56,7 @@ class ServerWorker(Algorithm):
         rec = trace.recorder
         if rec is not None:
             start = trace.now()
+        self.before_push()
         self._send_control(MSG_SYNC, n_k)
         self.exchange_with_server()
         if rec is not None:
@@ -173,6 +174,10 @@ class ServerWorker(Algorithm):
         never come (the server may be exiting too)."""
         self._send_control(MSG_FINISHED, 0)
         self.stopped = True
+
+    def before_push(self):
+        """This worker's work before the control message of a sync (an
+        error here reaches no server)."""
 
     def _send_control(self, message, n_k):
         self._control[:] = (message, n_k)

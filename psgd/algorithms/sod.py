@@ -10,7 +10,9 @@ import math
 
 from .. import kernels
 from ..buffers import host_copy
-from .base import CollectiveWorker, Option, positive, register
+from . import compressed
+from .base import CollectiveWorker, register
+from .option import Option, positive
 
 OUTER_STEPS = ("sgd", "momentum", "nesterov", "adam")
 
@@ -35,6 +37,7 @@ class Sod(CollectiveWorker):
                         help="adam outer step's beta2 (default 0.999)"),
         "eps": Option(1e-8, positive, flag="outer_eps",
                       help="adam outer step's epsilon (default 1e-8)"),
+        **compressed.OPTIONS,
     }
     GLOBAL_STATE = ("global_model", "steps", "velocity", "second_moment")
     outer: str
@@ -43,6 +46,9 @@ class Sod(CollectiveWorker):
     beta1: float
     beta2: float
     eps: float
+    compression: str            # compressed.OPTIONS
+    compression_block: int
+    compression_start: int
 
     def initialized(self):
         self.global_model = self.buffer.like()
@@ -67,6 +73,9 @@ class Sod(CollectiveWorker):
         # Block by block: all of the step's passes meet a block in cache.
         kernels.blockwise(self._update, self.buffer.data[lo:hi],
                           self.global_model.data[lo:hi], *state)
+
+    def start_point(self, out):
+        out[...] = self.global_model.data
 
     def _update(self, w, w_g, *state):
         g = self.buffer.xp.subtract(w_g, w, out=w)  # the pseudo-gradient, in w's memory
@@ -107,7 +116,8 @@ class Sod(CollectiveWorker):
 
     def state_dict(self):
         state = {"global_model": host_copy(self.global_model.data),
-                 "steps": host_copy(self.buffer.xp.asarray([self.steps]))}
+                 "steps": host_copy(self.buffer.xp.asarray([self.steps])),
+                 **self.compression_state()}
         if self.velocity is not None:
             state["velocity"] = host_copy(self.velocity.data)
         if self.second_moment is not None:
@@ -115,6 +125,7 @@ class Sod(CollectiveWorker):
         return state
 
     def _load_state(self, state):
+        super()._load_state(state)
         xp = self.buffer.xp
         self.global_model.data[...] = xp.asarray(state["global_model"])
         self.steps = int(state["steps"][0])

@@ -19,7 +19,7 @@ server keeps x_start for every worker (N model copies, refreshed by one copy
 per reply); the wire carries nothing more.
 """
 from .. import kernels
-from .base import Option
+from .option import Option
 
 COMPENSATIONS = ("none", "scale", "dc")
 

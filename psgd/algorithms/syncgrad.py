@@ -10,13 +10,19 @@ behind the gradients, and one sum carries both; every rank then divides by
 the summed count. A sync is one reduction and nothing else, which a reducer
 may cut into pieces started one after the other (psgd.torch's buckets):
 fold() and unfold() work on any range of the buffer.
+
+Compressed (compressed.py), the tail cannot ride in 1-bit data: each rank
+adds b_k * g_k to its residual, the striped sum carries [b_k, bad] exactly
+in its message headers, and the tail receives their sums, so unfold() and
+close_sync() see what the plain sum would give them.
 """
 import numpy as np
 from mpi4py import MPI
 
-from .. import agreement, mpi, trace
+from .. import agreement, kernels, mpi, trace
 from ..buffers import FlatBuffer, host_copy
 from ..errors import CollectiveUsageError, UsageError
+from . import compressed
 from .base import CollectiveWorker, register
 from .sample_count import check_count
 
@@ -28,7 +34,13 @@ class SyncGrad(CollectiveWorker):
     name = "syncgrad"
     needs_grads = True
     grad_tail = 2       # elements behind the gradients: [COUNT, BAD]
-    OPTIONS = {}
+    OPTIONS = dict(compressed.OPTIONS)
+    compression: str            # compressed.OPTIONS
+    compression_block: int
+    compression_start: int
+
+    def compressed_size(self):
+        return self.grad_buffer.size - self.grad_tail
 
     def initialized(self):
         # The gradients, as users see them, and the wire: them and the tail.
@@ -41,6 +53,9 @@ class SyncGrad(CollectiveWorker):
 
     def restart(self):
         self.missed_steps = False
+
+    def state_dict(self):
+        return self.compression_state()
 
     def synchronize(self, b_k):
         """One reduction of the weighted gradients and their count. False
@@ -59,7 +74,17 @@ class SyncGrad(CollectiveWorker):
         """A reducer's interface: open_sync(b_k), then the sum of the whole
         buffer, fold()ed before and unfold()ed after."""
         self.open_sync(b_k)
+        if self.compressing():
+            self._compressed_reduce()
+            return
         self.grad_exchange.allreduce(before=self.fold, after=self.unfold)
+
+    def _compressed_reduce(self):
+        g, tail = self._wire[:self._wire.size + COUNT], self._wire[COUNT:]
+        if self._b_k:       # a worker out of data adds nothing, whatever its grads hold
+            kernels.axpy(self.compressed.residual, self._b_k, g)
+        tail[:] = self.compressed.sum(g, self.syncs, self._b_k, self._problem is not None)
+        self.unfold(0, g.size)
 
     def open_sync(self, b_k):
         """Check b_k (a bad one is flagged in the tail, so every rank raises

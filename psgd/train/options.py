@@ -215,6 +215,8 @@ def validate(args):
             raise UsageError("--servers must be >= 1, got %d" % servers)
     for flag, option in ALGORITHM_FLAGS.items():
         if getattr(args, flag) is not None and option not in cls.OPTIONS:
+            if option.startswith("compression") and cls.not_compressed:
+                raise UsageError("--%s: %s" % (flag.replace("_", "-"), cls.not_compressed))
             raise UsageError("--%s does not apply to --algo %s" % (flag.replace("_", "-"), args.algo))
     return args
 

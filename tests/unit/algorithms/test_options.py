@@ -8,14 +8,18 @@ def resolve(name, size=4, **options):
     return REGISTRY[name].resolve_options(options, size)
 
 
+COMPRESSION = {"compression": "none", "compression_block": 512, "compression_start": 0}
+
+
 def test_defaults_follow_the_contract():
     assert resolve("bmuf", size=4) == {"block_momentum": 0.75, "block_lr": 1.0,
-                                       "nesterov": True, "reset_local_state": True}
+                                       "nesterov": True, "reset_local_state": True,
+                                       **COMPRESSION}
     assert resolve("bmuf", size=1)["block_momentum"] == 0.0
     sod = resolve("sod")
     assert (sod["outer"], sod["outer_lr"], sod["outer_momentum"]) == ("nesterov", 0.7, 0.9)
-    assert resolve("bsp") == {"weighting": "samples"}
-    assert resolve("syncgrad") == {}
+    assert resolve("bsp") == {"weighting": "samples", **COMPRESSION}
+    assert resolve("syncgrad") == COMPRESSION
 
 
 @pytest.mark.parametrize("name,options,match", [
@@ -29,6 +33,12 @@ def test_defaults_follow_the_contract():
     ("bsp", {"weighting": "median"}, "samples, uniform"),
     ("bsp", {"alpha": 0.5}, "no option alpha"),
     ("bmuf", {"block_lr": "fast"}, "must be a number"),
+    ("bmuf", {"compression": "2bit"}, "none, fp16, bf16, 1bit"),
+    ("sod", {"compression_block": 0}, "compression_block"),
+    ("syncgrad", {"compression_start": -1}, "compression_start"),
+    ("bsp", {"compression_block": 2.5}, "integer"),
+    ("easgd", {"compression": "fp16"}, "exchanges a model"),
+    ("masgd", {"compression": "4bit"}, "none, fp16, bf16, 1bit"),
 ])
 def test_invalid_options_are_usage_errors(name, options, match):
     with pytest.raises(UsageError, match=match):

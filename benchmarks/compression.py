@@ -1,0 +1,195 @@
+"""Compression on the wire: bytes and time per sync, and the cost of packing.
+
+1. Packing (one process, no MPI): each quantizer's encode (Q and the
+   residual update) and decode over a float32 buffer, against a plain
+   memcpy of the uncompressed buffer and against np.packbits of its signs
+   alone, interleaved, medians.
+2. A bmuf sync per quantizer against bmuf without compression (interleaved
+   in one job, the slowest rank after a barrier, medians), and the bytes each
+   rank sends per sync: a ring Allreduce of float32 sends 2 (P-1)/P of the
+   buffer; the striped sum sends the same share of its quantized messages.
+
+--regime shm | network (benchmarks/mpi_regimes.py) runs on this machine;
+--regime cluster runs 2 hosts x 1 and x 2 ranks at 1 Gb/s on namespace hosts
+(benchmarks/cluster.py; needs the cluster tool and root).
+"""
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+KINDS = ("none", "fp16", "bf16", "1bit")
+TITLE = "Compression on the wire"
+
+
+def _once(fn):
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def packing(sizes, quick):
+    """{(kind, size): (encode / memcpy, decode / memcpy, encode / packbits)}."""
+    from psgd.compression import quantizer
+    rows = []
+    for size in sizes:
+        rng = np.random.default_rng(0)
+        u = rng.standard_normal(size).astype(np.float32)
+        copy = np.empty_like(u)
+        reps = 5 if quick else (11 if size >= 10 ** 7 else 31)
+        for kind in KINDS[1:]:
+            q = quantizer(kind)
+            wire = np.zeros(q.nbytes(size), np.uint8)
+            out = np.empty_like(u)
+            work = u.copy()
+
+            def encode():
+                work[...] = u          # the same input each time (timed apart: memcpy)
+                q.encode(work, wire)
+
+            fns = {"memcpy": lambda: np.copyto(copy, u),
+                   "packbits": lambda: np.packbits(u >= 0, bitorder="little"),
+                   "encode": encode, "decode": lambda: q.decode(wire, out)}
+            med = {k: [] for k in fns}
+            for r in range(reps):
+                for k, fn in (list(fns.items()) if r % 2 else list(fns.items())[::-1]):
+                    med[k].append(_once(fn))
+            med = {k: common.median(v) for k, v in med.items()}
+            encode_alone = med["encode"] - med["memcpy"]   # less its input refresh
+            rows.append({"size": size, "kind": kind, "memcpy": med["memcpy"],
+                         "packbits": med["packbits"], "encode": encode_alone,
+                         "decode": med["decode"]})
+    return rows
+
+
+def child(argv):
+    from mpi4py import MPI
+    import psgd
+    p = common.child_args()
+    p.add_argument("--sizes", required=True)
+    args = p.parse_args(argv)
+    comm = MPI.COMM_WORLD
+    P, rows = comm.Get_size(), []
+    for size in (int(float(s)) for s in args.sizes.split(",")):
+        objs = {}
+        for kind in KINDS:
+            rng = np.random.default_rng(comm.rank)
+            objs[kind] = psgd.create("bmuf", [rng.standard_normal(size).astype(np.float32)],
+                                     comm=comm, compression=kind)
+        reps = min(common.repeats_for(4 * size, args.quick), 11)
+
+        def step(kind):
+            obj = objs[kind]
+            obj.buffer.data[:] += np.float32(1e-3)      # a block's training, the same each time
+            obj.synchronize(32 + comm.rank)
+        for kind in KINDS:
+            step(kind)
+        times = {k: [] for k in KINDS}
+        for r in range(reps):
+            for kind in (KINDS if r % 2 == 0 else KINDS[::-1]):
+                times[kind].append(common.timed_collective(comm, lambda: step(kind)))
+        for kind in KINDS:
+            obj = objs[kind]
+            message = 4 * size if obj.compressed is None else \
+                int(sum(obj.compressed.striped.sizes))
+            rows.append({"size": size, "kind": kind, "sync": common.median(times[kind]),
+                         "bytes": 2 * (P - 1) / P * message})
+            obj.close()
+    if comm.rank == 0:
+        import json
+        with open(args.out, "w") as f:
+            json.dump({"np": P, "rows": rows}, f)
+
+
+def run(quick=False, regime="shm", nps=(2, 4)):
+    sizes = [10 ** 5, 10 ** 6] if quick else [10 ** 5, 10 ** 6, 10 ** 7]
+    pack = packing(sizes, quick)
+    runs = []
+    args = ["--sizes", ",".join(map(str, sizes))] + (["--quick"] if quick else [])
+    if regime == "cluster":
+        import cluster
+        why = cluster.why_not()
+        if why:
+            return report(pack, [], "cluster not measured: %s" % why)
+        with cluster.hosts(2, "1gbit"):
+            for count, per_host in cluster.LAYOUTS:
+                out = common.result_path("compression_child.json")
+                data = cluster.run_child("compression.py", cluster.layout(count, per_host),
+                                         out, args, timeout=1800)
+                data["regime"] = "cluster 1 Gb/s, %d x %d" % (count, per_host)
+                runs.append(data)
+    else:
+        import mpi_regimes
+        for reg in mpi_regimes.regimes(regime):
+            for np_ in nps:
+                out = common.result_path("compression_np%d_%s.json" % (np_, reg))
+                common.results_dir()
+                runs.append(mpi_regimes.run_in_regime("compression.py", np_, out, reg, args,
+                                                      timeout=1800))
+    common.save_json("compression_cluster.json" if regime == "cluster" else "compression.json",
+                     {"packing": pack, "runs": runs})
+    return report(pack, runs)
+
+
+def rerender():
+    saved = common.load_json("compression.json")
+    try:
+        cluster_runs = common.load_json("compression_cluster.json")["runs"]
+    except (OSError, ValueError, KeyError):
+        cluster_runs = []
+    return report(saved["packing"], saved["runs"] + cluster_runs)
+
+
+def report(pack, runs, note=""):
+    md = ["Packing, one process, float32: each quantizer's encode (Q plus the residual "
+          "update) and decode against a memcpy of the uncompressed buffer (ratio to the "
+          "memcpy) and np.packbits of the signs alone.", ""]
+    md += common.table(["parameters", "quantizer", "memcpy", "np.packbits", "encode",
+                        "decode"],
+                       [[common.fmt_size(r["size"]), r["kind"], common.fmt_time(r["memcpy"]),
+                         "%s (%.2fx)" % (common.fmt_time(r["packbits"]),
+                                         r["packbits"] / r["memcpy"]),
+                         "%s (%.2fx)" % (common.fmt_time(r["encode"]), r["encode"] / r["memcpy"]),
+                         "%s (%.2fx)" % (common.fmt_time(r["decode"]), r["decode"] / r["memcpy"])]
+                        for r in pack]).splitlines()
+    headline = []
+    if runs:
+        md += ["", "A bmuf sync per quantizer against `none` (medians, interleaved, slowest "
+               "rank), and the bytes each rank sends per sync (ring-optimal share).", ""]
+        rows = []
+        for run in runs:
+            by = {(r["size"], r["kind"]): r for r in run["rows"]}
+            for size in sorted({r["size"] for r in run["rows"]}):
+                none = by[(size, "none")]
+                cells = [run.get("regime", "shm"), run["np"], common.fmt_size(size),
+                         "%s, %s" % (common.fmt_time(none["sync"]), common.fmt_bytes(none["bytes"]))]
+                for kind in KINDS[1:]:
+                    r = by[(size, kind)]
+                    cells.append("%.2fx time, 1/%.1f bytes" % (r["sync"] / none["sync"],
+                                                               none["bytes"] / r["bytes"]))
+                rows.append(cells)
+        md += common.table(["regime", "np", "parameters", "none"] + list(KINDS[1:]),
+                           rows).splitlines()
+    if note:
+        md += ["", note + "."]
+    return common.Section(TITLE, "\n".join(md), headline)
+
+
+def main():
+    if "--child" in sys.argv:
+        common.child_main(child, sys.argv[1:])
+        return
+    p = argparse.ArgumentParser()
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--regime", default="shm", choices=("shm", "network", "both", "cluster"))
+    args = p.parse_args()
+    print(run(quick=args.quick, regime=args.regime).markdown)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""Compression on the wire for the collective algorithms (docs/algorithms.md,
+"Compression on the wire"): their options, and the sum of contributions
+c_k through psgd/compression's striped, error-fed exchange.
+
+    bsp, bmuf, sod:  c_k = (n_k / n) * (w_k - s)    s: the block's start point
+    syncgrad:        c_k = b_k * g_k, divided by b = sum_k b_k afterwards
+syncgrad's count cannot ride in 1-bit data, so it rides beside it, exact,
+in the header of every message of the striped sum (psgd/compression/
+stripes.py): still one exchange per sync and no other collective.
+"""
+import numpy as np
+
+from .. import kernels
+from ..compression import KINDS, StripedSum, quantizer
+from ..errors import UsageError
+from .option import Option, positive
+
+
+def _non_negative(v):
+    return None if v >= 0 else "must be >= 0"
+
+
+OPTIONS = {"compression": Option("none", kind=KINDS,
+                                 help="quantize each sync's sum (asgd/masgd: the push), with "
+                                      "error feedback (default none)"),
+           "compression_block": Option(512, positive, kind=int,
+                                       help="1bit: elements per block sharing two "
+                                            "reconstruction values (default 512)"),
+           "compression_start": Option(0, _non_negative, kind=int,
+                                       help="the first K syncs go uncompressed (a warm-up; "
+                                            "default 0)")}
+
+RANGES = {"fp16": "fp16's range (|x| <= 65504)", "bf16": "bf16's range (float32's)",
+          "1bit": "float32's range"}
+
+
+def buffer_problem(options, buffer):
+    """Why `buffer` cannot be compressed under `options`, or None."""
+    if options.get("compression", "none") != "none" and buffer.on_device:
+        return ("compression=%s: compressed sums of device (CuPy) buffers are not built yet; "
+                "use compression=none on a GPU" % options["compression"])
+    return None
+
+
+class Compression:
+    """One collective worker's compressed sums of its flat buffer: the
+    striped exchange, its residuals, and a scratch for the start point
+    (each allocated once)."""
+
+    def __init__(self, comm, size, dtype, kind, block, start):
+        self.kind, self.start = kind, start
+        self.striped = StripedSum(comm, size, dtype, quantizer(kind, block))
+        self._scratch = None
+
+    @property
+    def scratch(self):
+        """A model-sized array for the start point s, allocated at its first
+        use (syncgrad never needs one)."""
+        if self._scratch is None:
+            self._scratch = np.zeros_like(self.residual)
+        return self._scratch
+
+    @property
+    def residual(self):
+        """e_k: add c_k to it, then sum()."""
+        return self.striped.feedback.worker
+
+    def applies(self, sync):
+        """Whether sync number `sync` (from 0) is compressed."""
+        return sync >= self.start
+
+    def sum(self, out, sync, count=0, bad=0):
+        """out <- G; (sum of count, sum of bad) exactly. An overflow on any
+        rank is a UsageError on every rank, naming the sync (from 1)."""
+        count, bad, overflow = self.striped.sum(out, count, bad)
+        if overflow:
+            raise UsageError(
+                "compression=%s: sync %d has a value beyond %s, an inf or a NaN (the model "
+                "diverged, or the format is too narrow: try bf16, or a smaller learning rate)"
+                % (self.kind, sync + 1, RANGES[self.kind]))
+        return count, bad
+
+    def add_delta(self, w, s, weight):
+        """e_k += weight * (w - s), block by block."""
+        t = w.dtype.type(weight)
+
+        def add(e, w, s):
+            d = np.subtract(w, s)
+            d *= t
+            e += d
+        kernels.blockwise(add, self.residual, w, s)
+
+    def zero(self):
+        self.striped.feedback.zero()
+
+    def state_dict(self):
+        return self.striped.feedback.state_dict()
+
+    def load_state_dict(self, state):
+        self.striped.feedback.load_state_dict(state)
+
+
+class Push:
+    """A server algorithm worker's compressed push (asgd, masgd): u = delta
+    + e_k, one message of Q(u) per server shard (a shard plays a stripe's
+    part: its blocks start at its first element), e_k <- u - D(Q(u)). The
+    server applies D(q) (ShardDecoder) and replies with the model as it is."""
+
+    def __init__(self, shards, dtype, kind, block, start):
+        self.kind, self.start, self.shards = kind, start, shards
+        self.q = quantizer(kind, block)
+        self.residual = np.zeros(shards[-1][1] if shards else 0, dtype)     # e_k
+        self.wires = [np.zeros(self.q.nbytes(hi - lo), np.uint8) for lo, hi in shards]
+
+    def applies(self, sync):
+        return sync >= self.start
+
+    def encode(self, delta, sync, rank):
+        """The messages of this push; an overflow is a UsageError on this
+        worker before anything is sent (as a bad count is)."""
+        self.residual += delta
+        ok = True
+        for (lo, hi), wire in zip(self.shards, self.wires):
+            ok = self.q.encode(self.residual[lo:hi], wire) and ok
+        if not ok:
+            raise UsageError("compression=%s: worker %d's push at its sync %d has a value "
+                             "beyond %s, an inf or a NaN (the model diverged, or the format is "
+                             "too narrow: try bf16, or a smaller learning rate)" % (
+                                 self.kind, rank, sync + 1, RANGES[self.kind]))
+        return self.wires
+
+
+class ShardDecoder:
+    """The server's side of compressed pushes to its shard of `size`
+    elements: each worker's syncs counted, so the server knows which of
+    them are past compression_start, as the worker does."""
+
+    def __init__(self, size, kind, block, start):
+        self.q, self.start = quantizer(kind, block), start
+        self.wire = np.zeros(self.q.nbytes(size), np.uint8)
+        self.pushes = {}
+
+    def compressed(self, rank):
+        """Whether worker `rank`'s push now being served is compressed."""
+        count = self.pushes.get(rank, 0)
+        self.pushes[rank] = count + 1
+        return count >= self.start
+
+
+def make_push(shards, dtype, options):
+    if options.get("compression", "none") == "none":
+        return None
+    return Push(shards, dtype, options["compression"], options["compression_block"],
+                options["compression_start"])
+
+
+def make_decoder(size, options):
+    if options.get("compression", "none") == "none":
+        return None
+    return ShardDecoder(size, options["compression"], options["compression_block"],
+                        options["compression_start"])
+
+
+def make(comm, size, dtype, options):
+    """The Compression of a buffer of `size` elements under `options`, or
+    None (compression=none)."""
+    if options.get("compression", "none") == "none":
+        return None
+    return Compression(comm, size, dtype, options["compression"],
+                       options["compression_block"], options["compression_start"])

@@ -1,0 +1,90 @@
+"""The striped sum: G = sum_k Q(u_k), formed stripe by stripe.
+
+Stripe j of n elements is [floor(j*n/P), floor((j+1)*n/P)), owned by rank j.
+One Alltoallv hands rank j stripe j of every q_k; rank j sums them (k
+ascending, in the buffer's dtype), quantizes the sum with its own residual
+r_j, and one Allgatherv hands every p_j to every rank, which decodes them:
+all ranks decode the same bytes, so replicas stay identical.
+
+Each message is a header of three int64 [count, bad counts, overflow] and
+the quantized stripe, padded to 8 bytes. The header carries what must be
+summed exactly beside the data (syncgrad's batch count, Fixes 8) and the
+flags that make an error every rank's: the owner adds the headers it got to
+its own and sends the sums on, so every rank learns the same totals from
+the all-gather, without another collective.
+"""
+import numpy as np
+from mpi4py import MPI
+
+from .feedback import ErrorFeedback
+
+HEADER = 3          # int64: [count, bad counts, overflows]
+HEADER_BYTES = 8 * HEADER
+
+
+def stripe_bounds(n, P):
+    """[(lo, hi)] of the P stripes of n elements."""
+    return [(j * n // P, (j + 1) * n // P) for j in range(P)]
+
+
+def _pad8(n):
+    return n + (-n) % 8
+
+
+class StripedSum:
+    """The striped, error-fed sum of one flat buffer of `size` elements over
+    `comm`, with wire buffers allocated once."""
+
+    def __init__(self, comm, size, dtype, quantizer):
+        self.comm, self.q = comm, quantizer
+        P, rank = comm.Get_size(), comm.Get_rank()
+        self.rank, self.P = rank, P
+        self.bounds = stripe_bounds(size, P)
+        lo, hi = self.bounds[rank]
+        self.mine = (lo, hi)
+        self.feedback = ErrorFeedback(size, hi - lo, dtype)
+        self.sizes = [_pad8(HEADER_BYTES + quantizer.nbytes(b - a)) for a, b in self.bounds]
+        self.offsets = np.cumsum([0] + self.sizes[:-1]).tolist()
+        total = sum(self.sizes)
+        self.send = np.zeros(total, np.uint8)       # q_k, stripe by stripe
+        self.recv = np.zeros(P * self.sizes[rank], np.uint8)   # stripe j of every q_k
+        self.gathered = np.zeros(total, np.uint8)   # every p_j
+        self.stripe_sum = np.zeros(hi - lo, dtype)  # S_j
+
+    def _header(self, wire, offset):
+        return wire[offset:offset + HEADER_BYTES].view(np.int64)
+
+    def _payload(self, wire, offset, size):
+        return wire[offset + HEADER_BYTES:offset + size]
+
+    def sum(self, out, count=0, bad=0):
+        """out <- G = concat_j D(p_j), where u_k = feedback.worker (the
+        caller added c_k to it: e_k <- u_k - D(q_k) here). `count`, `bad`:
+        summed exactly in the headers. Returns (sum of count, sum of bad,
+        overflows)."""
+        e, ok = self.feedback.worker, True
+        for (lo, hi), offset, size in zip(self.bounds, self.offsets, self.sizes):
+            ok = self.q.encode(e[lo:hi], self._payload(self.send, offset, size)) and ok
+            self._header(self.send, offset)[:] = (count, bad, not ok)
+        mine = self.sizes[self.rank]
+        self.comm.Alltoallv([self.send, (self.sizes, self.offsets), MPI.BYTE],
+                            [self.recv, ([mine] * self.P, [k * mine for k in range(self.P)]),
+                             MPI.BYTE])
+        totals = np.zeros(HEADER, np.int64)
+        S = self.stripe_sum
+        for k in range(self.P):
+            totals += self._header(self.recv, k * mine)
+            self.q.decode(self._payload(self.recv, k * mine, mine), S, add=k > 0)
+        r = self.feedback.owner
+        r += S                                       # v_j = S_j + r_j
+        own = self.offsets[self.rank]
+        totals[2] += not self.q.encode(r, self._payload(self.gathered, own, mine))
+        self._header(self.gathered, own)[:] = totals
+        self.comm.Allgatherv(MPI.IN_PLACE, [self.gathered, (self.sizes, self.offsets),
+                                            MPI.BYTE])
+        result = np.zeros(HEADER, np.int64)
+        for (lo, hi), offset, size in zip(self.bounds, self.offsets, self.sizes):
+            result += self._header(self.gathered, offset)
+            self.q.decode(self._payload(self.gathered, offset, size), out[lo:hi])
+        # every owner's header holds the sum over all senders: count once
+        return int(result[0]) // self.P, int(result[1]) // self.P, int(result[2])

@@ -1,0 +1,39 @@
+"""A serial replay of the contract's striped, error-fed sum (docs/algorithms.md,
+"Compression on the wire") for P ranks in one process, with psgd's
+quantizers (tests/unit/compression checks those against the formulas)."""
+import numpy as np
+
+from psgd.compression import quantizer
+
+
+def roundtrip(q, u):
+    """D(Q(u)); u <- u - D(Q(u)) (error feedback)."""
+    wire = np.zeros(q.nbytes(u.size), np.uint8)
+    q.encode(u, wire)
+    out = np.empty_like(u)
+    q.decode(wire, out)
+    return out
+
+
+class Replay:
+    """Every rank's e_k and every owner's r_j, and the sums they give."""
+
+    def __init__(self, kind, P, n, dtype=np.float32, block=512):
+        self.q, self.P, self.n = quantizer(kind, block), P, n
+        self.bounds = [(j * n // P, (j + 1) * n // P) for j in range(P)]
+        self.e = [np.zeros(n, dtype) for _ in range(P)]
+        self.r = [np.zeros(hi - lo, dtype) for lo, hi in self.bounds]
+
+    def sum(self):
+        """G, given that the caller added every c_k to e[k]:
+        u_k = c_k + e_k; q_k = Q(u_k); S_j = sum_k D(q_k[j]) (k ascending);
+        v_j = S_j + r_j; p_j = Q(v_j); G = concat_j D(p_j)."""
+        G = np.empty_like(self.e[0])
+        for j, (lo, hi) in enumerate(self.bounds):
+            S = None
+            for k in range(self.P):
+                d = roundtrip(self.q, self.e[k][lo:hi])
+                S = d if S is None else S + d
+            self.r[j] += S
+            G[lo:hi] = roundtrip(self.q, self.r[j])
+        return G

@@ -1,0 +1,37 @@
+"""--compression from the command line: a compressed job checkpoints its
+residuals and resumes from them; easgd refuses the flag in one line.
+(bmuf with 1bit at the acceptance floor: test_acceptance.py.)"""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from launch_util import MPIRUN, assert_clean_failure, psgd_train
+
+# psgd's own flags and state, whatever the MPI library
+pytestmark = [pytest.mark.skipif(not os.path.exists(MPIRUN), reason="no mpirun beside python"),
+              pytest.mark.one_mpi, pytest.mark.timeout(120)]
+
+QUICK = ["--model", "mlp", "--hidden", "16", "--num-samples", "600", "--quiet"]
+
+
+def test_a_compressed_job_checkpoints_and_resumes_its_residuals(tmp_path):
+    ck = str(tmp_path / "ck")
+    flags = [*QUICK, "--algo", "syncgrad", "--compression", "1bit", "--compression-block", "64",
+             "--checkpoint-dir", ck]
+    result = psgd_train(2, *flags, "--epochs", "1")
+    assert result.returncode == 0, result.stderr
+    saved = np.load(os.path.join(ck, "epoch-0000", "rank-00001.npz"))
+    residual = [k for k in saved.files if "residual_worker" in k]
+    assert residual and np.abs(saved[residual[0]]).max() > 0
+    metrics = str(tmp_path / "m.jsonl")
+    result = psgd_train(2, *flags, "--epochs", "2", "--resume", "--metrics", metrics)
+    assert result.returncode == 0, result.stderr
+    # epoch 1 came from the checkpoint, not from training again
+    assert [json.loads(line)["epoch"] for line in open(metrics)] == [2]
+
+
+def test_easgd_refuses_compression_in_one_line():
+    result = psgd_train(2, *QUICK, "--epochs", "1", "--algo", "easgd", "--compression", "fp16")
+    assert_clean_failure(result, "--compression: easgd exchanges a model, not a delta")

@@ -1,0 +1,212 @@
+"""Compressed syncs of bsp, bmuf, sod and syncgrad under mpirun against a
+serial replay of the contract (tests/compression_replay.py), with uneven
+sample counts and a rank out of data: bit for bit, on every rank. Then the
+residuals as algorithm state (checkpoint, reset_to), compression_start's
+plain syncs, and an fp16 overflow named on every rank."""
+import numpy as np
+import pytest
+
+import psgd
+from compression_replay import Replay
+from psgd import kernels
+from psgd.errors import UsageError
+
+pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.timeout(120)]
+
+SHAPES = [(37, 11), (101,), (3, 5)]
+SIZE = sum(int(np.prod(s)) for s in SHAPES)
+KINDS = ["fp16", "bf16", "1bit"]
+OUTER_LR = 0.6
+
+
+def counts(k, size):
+    """Samples of rank k per block: uneven, rank 1 out of data early."""
+    blocks = 2 if k == 1 and size > 2 else 5
+    return [(5 * k + 3 * t) % 7 + 1 for t in range(blocks)]
+
+
+def step(k, t):
+    return (np.random.default_rng(100 * k + t).standard_normal(SIZE) * 0.1).astype(np.float32)
+
+
+def initial():
+    return [np.random.default_rng(7).standard_normal(s).astype(np.float32) for s in SHAPES]
+
+
+def drive(comm, name, syncs=None, **options):
+    """Train with the schedule; the flat model after every sync."""
+    k = comm.Get_rank()
+    sync = psgd.create(name, initial(), comm=comm, **options)
+    plan, seen = counts(k, comm.Get_size()), []
+    t = 0
+    while syncs is None or t < syncs:
+        n_k = plan[t] if t < len(plan) else 0
+        if n_k:
+            sync.buffer.data[...] += step(k, t)
+        if not sync.synchronize(n_k):
+            break
+        seen.append(sync.buffer.data.copy())
+        t += 1
+    return sync, seen
+
+
+def replay(name, size, kind, block):
+    """The models every sync leaves, from the contract."""
+    r = Replay(kind, size, SIZE, np.float32, block)
+    flat = np.concatenate([a.ravel() for a in initial()])
+    ws = [flat.copy() for _ in range(size)]
+    w_g, D, start = flat.copy(), np.zeros_like(flat), 0.0
+    eta = 1.0 - 1.0 / size
+    plans = [counts(k, size) for k in range(size)]
+    out, t = [], 0
+    while True:
+        ns = [p[t] if t < len(p) else 0 for p in plans]
+        if not sum(ns):
+            return out
+        for k in range(size):
+            if ns[k]:
+                ws[k] = ws[k] + step(k, t)
+        if name == "bmuf":
+            s = w_g + np.float32(start) * D
+        else:
+            s = w_g
+        for k in range(size):
+            c = np.subtract(ws[k], s)
+            c *= np.float32(ns[k] / sum(ns))
+            r.e[k] += c
+        mean = r.sum() + s
+        if name == "bsp":
+            w_g = mean
+        elif name == "bmuf":
+            w_g = w_g.copy()
+            kernels.bmuf_update(mean, w_g, D, eta, 1.0, True, start)
+            start = eta
+        else:                                   # sod, outer sgd
+            g = np.subtract(w_g, mean)
+            w_g = w_g.copy()
+            kernels.axpy(w_g, -OUTER_LR, g)
+            mean = w_g.copy()
+        ws = [mean.copy() for _ in range(size)]
+        out.append(mean)
+        t += 1
+
+
+OPTIONS = {"bsp": {}, "bmuf": {}, "sod": {"outer": "sgd", "outer_lr": OUTER_LR}}
+
+
+def agree_bitwise(comm, seen):
+    everyone = comm.allgather(b"".join(w.tobytes() for w in seen))
+    assert len(set(everyone)) == 1
+
+
+@pytest.mark.parametrize("name", ["bsp", "bmuf", "sod"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_collective_algorithms_replay_the_contract(comm, name, kind):
+    block = 64
+    sync, seen = drive(comm, name, compression=kind, compression_block=block, **OPTIONS[name])
+    expected = replay(name, comm.Get_size(), kind, block)
+    agree_bitwise(comm, seen)
+    assert len(seen) == len(expected)
+    for t, (w, x) in enumerate(zip(seen, expected)):
+        assert w.tobytes() == x.tobytes(), (name, kind, t, np.abs(w - x).max())
+    sync.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_syncgrad_replays_the_contract(comm, kind):
+    size, k = comm.Get_size(), comm.Get_rank()
+    grads = [np.zeros(s, np.float32) for s in SHAPES]
+    sync = psgd.create("syncgrad", initial(), comm=comm, grads=grads, compression=kind,
+                       compression_block=50)
+    r = Replay(kind, size, SIZE, np.float32, 50)
+    plans = [counts(j, size) for j in range(size)]
+    flat = sync.grad_buffer.data
+    for t in range(5):
+        bs = [p[t] if t < len(p) else 0 for p in plans]
+        flat[...] = step(k, t) * 100 if bs[k] else np.nan    # out of data: ignored
+        assert sync.synchronize(bs[k])
+        for j in range(size):
+            if bs[j]:
+                kernels.axpy(r.e[j], bs[j], step(j, t) * 100)
+        G = r.sum()
+        G /= np.float32(max(sum(bs), 1))
+        same = flat.tobytes() == G.tobytes()
+        assert comm.allgather(same) == [True] * size, (kind, t)
+    sync.stop(0)
+    sync.close()
+
+
+def residuals(sync):
+    return {k: v for k, v in sync.state_dict().items() if k.startswith("residual")}
+
+
+@pytest.mark.parametrize("name", ["bsp", "bmuf", "sod"])
+def test_checkpoint_keeps_the_residuals_and_reset_to_zeroes_them(comm, name):
+    options = dict(OPTIONS[name], compression="1bit", compression_block=32)
+    whole, seen = drive(comm, name, syncs=4, **options)
+    first, _ = drive(comm, name, syncs=2, **options)
+    state, model = first.state_dict(), [v.copy() for v in first.params]
+    assert any(np.abs(v).max() > 0 for v in residuals(first).values())
+    again = psgd.create(name, model, comm=comm, **options)
+    again.load_state_dict(state)
+    k = comm.Get_rank()
+    plan = counts(k, comm.Get_size())
+    for t in (2, 3):
+        n_k = plan[t] if t < len(plan) else 0
+        if n_k:
+            again.buffer.data[...] += step(k, t)
+        again.synchronize(n_k)
+    assert again.buffer.data.tobytes() == seen[3].tobytes()
+    again.reset_to(initial() if comm.Get_rank() == 0 else None)
+    assert all(not v.any() for v in residuals(again).values())
+    assert sorted(residuals(again)) == ["residual_owner", "residual_worker"]
+    for obj in (whole, first, again):
+        obj.close()
+
+
+def test_a_checkpoint_without_residuals_starts_them_at_zero(comm):
+    sync, _ = drive(comm, "bmuf", syncs=1, compression="fp16")
+    state = {k: v for k, v in sync.state_dict().items() if not k.startswith("residual")}
+    sync.load_state_dict(state)
+    assert all(not v.any() for v in residuals(sync).values())
+    sync.close()
+
+
+def test_compression_start_syncs_go_plain(comm):
+    plain, plain_seen = drive(comm, "bmuf", syncs=3)
+    warm, warm_seen = drive(comm, "bmuf", syncs=3, compression="1bit", compression_start=2)
+    assert [w.tobytes() for w in warm_seen[:2]] == [w.tobytes() for w in plain_seen[:2]]
+    assert warm_seen[2].tobytes() != plain_seen[2].tobytes()
+    plain.close()
+    warm.close()
+
+
+def test_fp16_overflow_names_the_sync_on_every_rank(comm):
+    sync = psgd.create("bsp", initial(), comm=comm, compression="fp16")
+    for t in range(2):
+        sync.synchronize(1)
+    if comm.Get_rank() == comm.Get_size() - 1:
+        sync.buffer.data[-1] += 1e6
+    with pytest.raises(UsageError, match=r"compression=fp16: sync 3 has a value beyond fp16"):
+        sync.synchronize(1)
+    sync.close()
+
+
+def test_device_buffers_refuse_compression_in_one_line(comm, sim):
+    params = [sim.asarray(a) for a in initial()]
+    with pytest.raises(UsageError, match=r"compression=1bit: compressed sums of device \(CuPy\) "
+                       r"buffers are not built yet"):
+        psgd.create("bmuf", params, comm=comm, compression="1bit")
+
+
+def test_a_plain_checkpoint_resumes_compressed(comm):
+    """bsp's start point, absent from a checkpoint taken without
+    compression, is the model the checkpoint was taken on."""
+    plain, _ = drive(comm, "bsp", syncs=2)
+    state, model = plain.state_dict(), [v.copy() for v in plain.params]
+    assert state == {}
+    resumed = psgd.create("bsp", model, comm=comm, compression="bf16")
+    resumed.load_state_dict(state)
+    assert resumed.start_model.data.tobytes() == resumed.buffer.data.tobytes()
+    for obj in (plain, resumed):
+        obj.close()
