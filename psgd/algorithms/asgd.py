@@ -101,6 +101,7 @@ class Asgd(ServerWorker):
     name = "asgd"
     OPTIONS = OPTIONS
     server = AsgdServer
+    WORKER_STATE = ("w_prev",)
     alpha: float
     barrier_period: int
     staleness_compensation: str   # staleness.OPTIONS

@@ -67,6 +67,15 @@ class Algorithm(mpi.Closeable):
     server_based = False
     grad_tail = 0       # elements a gradient buffer holds behind the gradients
     OPTIONS = {}
+    # What each state_dict() key is when a checkpoint resumes on another
+    # number of workers (docs/algorithms.md, "Resuming on another N"): global
+    # state belongs to the whole job and carries over; a worker's own state
+    # has no owner at another N and restarts as restart() makes it. Keys
+    # starting with a WORKER_STATE_PREFIXES entry are a worker's too.
+    GLOBAL_STATE = ()
+    WORKER_STATE = ()
+    WORKER_STATE_PREFIXES = ("residual",)
+    SHARDED_STATE = ()  # global keys a server rank holds one shard of (the last axis)
 
     @classmethod
     def workers(cls, size, servers=1):
@@ -239,6 +248,24 @@ class Algorithm(mpi.Closeable):
 
     def _load_state(self, state):
         pass
+
+    def is_global_state(self, key):
+        """Whether state key `key` carries over to another N (else it is a
+        worker's own, rebuilt); a key declared neither way is a TypeError."""
+        if key in self.GLOBAL_STATE:
+            return True
+        if key in self.WORKER_STATE or key.startswith(self.WORKER_STATE_PREFIXES):
+            return False
+        raise TypeError("%s: state key %r is declared neither in GLOBAL_STATE nor in "
+                        "WORKER_STATE" % (type(self).__name__, key))
+
+    def load_global_state(self, state):
+        """After reset_to(the checkpoint's global model) at another N: take
+        the global keys of `state` (sharded ones already cut to this rank's
+        shard); every worker's own state stays as restart() made it."""
+        fresh = self.state_dict()
+        self.load_state_dict({k: (state[k] if self.is_global_state(k) else v)
+                              for k, v in fresh.items()})
 
     def exit_action(self):
         """(None | "stop" | "abort", why) when the process exits with this

@@ -33,6 +33,7 @@ class Bmuf(CollectiveWorker):
         "nesterov": Option(True, kind=bool),
         "reset_local_state": Option(True, kind=bool),
     }
+    GLOBAL_STATE = ("global_model", "block_momentum", "block_start")
     block_momentum: float   # eta
     block_lr: float         # zeta
     nesterov: bool

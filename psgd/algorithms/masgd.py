@@ -31,8 +31,15 @@ OPTIONS = {**ASGD_OPTIONS,
 class MasgdServer(AsgdServer):
     name = "masgd"
     OPTIONS = OPTIONS
+    SHARDED_STATE = ("center", "velocity")
     momentum: float
     scope: str
+
+    def is_global_state(self, key):
+        # one v per worker (scope = worker) is a worker's own; the shared one global
+        if key == "velocity":
+            return self.scope == "global"
+        return super().is_global_state(key)
 
     def initialized(self):
         count = self.N if self.scope == "worker" else 1

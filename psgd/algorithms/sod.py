@@ -30,6 +30,7 @@ class Sod(CollectiveWorker):
         "beta2": Option(0.999, _unit_interval),
         "eps": Option(1e-8, positive),
     }
+    GLOBAL_STATE = ("global_model", "steps", "velocity", "second_moment")
     outer: str
     outer_lr: float
     outer_momentum: float

@@ -4,11 +4,15 @@ epoch; rank 0 then points LATEST at the folder, and only once every rank's
 file is on disk. A job killed at any moment leaves LATEST on the last
 complete checkpoint, so --resume never sees a torn one. Without LATEST
 (deleted, or folders copied without it), --resume takes the newest folder
-whose file loads on every rank, and refuses when folders exist but none is
-complete: a fresh start would prune and overwrite them."""
+whose files all load, and refuses when folders exist but none is
+complete: a fresh start would prune and overwrite them. A job of another
+size resumes from rank 0's file (the global model) and, under a server
+algorithm, the shard files of the checkpoint's servers (data_parallel.py
+says what carries over)."""
 import json
 import os
 import shutil
+import zipfile
 
 import numpy as np
 from mpi4py import MPI
@@ -84,9 +88,6 @@ class Checkpointer:
                 or not isinstance(size, int) or isinstance(size, bool):
             raise UsageError("%s: not a psgd checkpoint pointer (it must be {\"folder\": "
                              "\"epoch-NNNN\", \"size\": RANKS})" % path)
-        if size != self.size:
-            raise UsageError("checkpoint in %s was written by %d ranks, this job has %d" % (
-                self.directory, size, self.size))
         folder = os.path.join(self.directory, name)
         if not os.path.isdir(folder):
             raise UsageError("%s points at %s, which is missing: restore it, or remove %s "
@@ -102,20 +103,36 @@ class Checkpointer:
         return {_epoch_of(n): os.path.join(self.directory, n) for n in names
                 if _epoch_of(n) is not None and os.path.isdir(os.path.join(self.directory, n))}
 
-    def load_from(self, folder):
-        """(arrays, header) of this rank's file in `folder`, which must be
-        this rank's of that epoch in a job of this size (a file copied in
-        from another epoch or job would start the ranks apart)."""
-        path = _rank_file(folder, self.rank)
+    def load_from(self, folder, rank=None, size=None):
+        """(arrays, header) of rank `rank`'s file in `folder` (this rank's by
+        default), which must be that rank's of that epoch in a job of `size`
+        ranks (this job's by default): a file copied in from another epoch
+        or job would start the ranks apart."""
+        rank = self.rank if rank is None else rank
+        size = self.size if size is None else size
+        path = _rank_file(folder, rank)
         arrays, header = model_io.load(path)
         epoch = _epoch_of(os.path.basename(folder))
         saved = (header.get("epoch"), header.get("rank"), header.get("size"))
-        if saved != (epoch, self.rank, self.size):
+        if saved != (epoch, rank, size):
             raise UsageError("%s is not rank %d's checkpoint of epoch %d in a job of %d ranks "
                              "(it says: epoch %s, rank %s of %s)" % (
-                                 path, self.rank, epoch + 1, self.size,
+                                 path, rank, epoch + 1, size,
                                  "?" if saved[0] is None else saved[0] + 1, saved[1], saved[2]))
         return arrays, header
+
+    def load_resumed(self, folder):
+        """(arrays, header) this rank resumes from in `folder`: its own file
+        when the job has the checkpoint's size, else rank 0's, once this
+        rank's share of the other ranks' files has loaded too (the servers
+        read their shards of those later: a torn one must fail first)."""
+        size = _saved_size(folder)
+        if size in (None, self.size):       # None: rank 0's file names its problem
+            return self.load_from(folder)
+        first = self.load_from(folder, 0, size)
+        for rank in range(self.rank or self.size, size, self.size):
+            self.load_from(folder, rank, size)
+        return first
 
     def refuse_to_overwrite(self):
         """Collective, for a run without --resume: a directory holding
@@ -150,14 +167,14 @@ class Checkpointer:
                              "%s/%s" % (self.directory, LATEST))
         error, state = None, None
         try:
-            state = self.load_from(folder)
+            state = self.load_resumed(folder)
         except UsageError as exc:
             error = exc
         agreement.agree(self.comm, error)
         return folder, state
 
     def _newest_complete(self):
-        """Without LATEST: the newest epoch whose file loads on every rank."""
+        """Without LATEST: the newest epoch whose files all load."""
         folders = self.epoch_folders()
         if _count(self.comm, bool(folders)) == 0:
             return None
@@ -185,10 +202,20 @@ class Checkpointer:
     def _loads(self, folder, checked):
         if folder not in checked:
             try:
-                checked[folder] = self.load_from(folder)
+                checked[folder] = self.load_resumed(folder)
             except UsageError:
                 checked[folder] = None
         return checked[folder] is not None
+
+
+def _saved_size(folder):
+    """The size rank 0's file in `folder` says its job had (checked by load_from)."""
+    try:
+        with np.load(_rank_file(folder, 0), allow_pickle=False) as z:
+            size = json.loads(z[model_io.HEADER].tobytes().decode()).get("size")
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError):
+        return None     # unreadable: load_from names the problem
+    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
 
 
 def _epoch_of(name):

@@ -14,13 +14,13 @@ MODEL_FLAGS = ("hidden", "channels", "lstm_cells", "dropout", "batchnorm")
 FIXED_ON_RESUME = ("algo", "model", "hidden", "channels", "lstm_cells", "batchnorm", "dropout",
                    "num_samples", "feats", "targets", "cv_feats", "cv_targets", "splice",
                    "num_classes", "cmvn", "optimizer", "model_parallel", "sync_bn", "bptt",
-                   "lr_schedule", "servers")
+                   "lr_schedule")
 # Read from the flags every epoch: a new value simply holds from the resumed epoch on.
 FOLLOWED_ON_RESUME = ("epochs", "minibatch_size", "sync_period", "seed", "lr_decay",
                       "newbob_start", "newbob_end", "newbob_factor", "alpha", "weighting",
                       "block_momentum", "block_lr", "nesterov", "reset_local_state", "outer",
                       "outer_lr", "outer_momentum", "barrier_period", "masgd_momentum",
-                      "masgd_scope")
+                      "masgd_scope", "servers")
 # Restored from the checkpoint's optimizer state unless given anew: the new
 # value is written into the state before it is loaded.
 OPTIMIZER_OPTIONS = ("lr", "momentum", "weight_decay", "clip")

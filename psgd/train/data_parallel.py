@@ -10,11 +10,12 @@ import warnings
 import numpy as np
 from mpi4py import MPI
 
-from .. import mpi
+from .. import agreement, mpi
 from ..algorithms import REGISTRY, create
 from ..data import Minibatches
 from ..errors import UsageError
 from . import checkpoint as ckpt
+from . import resize
 from .faults import FiniteGuard
 from .metrics import ServerTotals, kaldi_log
 from .defaults import default_sync_period
@@ -215,6 +216,32 @@ class DataParallel:
     def load_checkpoint(self, arrays, header):
         self.net.load_state_dict(ckpt.split(arrays, "net"))
         self.sync.load_state_dict(ckpt.split(arrays, "algo"))
+
+    def layout(self, header, args):
+        """The checkpoint's ranks and servers beside this job's (resize.py)."""
+        return resize.Layout(self.algorithm, header, self.size, self.servers, args)
+
+    def load_resized(self, checkpointer, folder, arrays, layout):
+        """Collective, at another layout: every rank starts from the
+        checkpoint's global model, with its global state (resize.py)."""
+        self.net.load_state_dict(ckpt.split(arrays, "net"))    # rank 0's statistics
+        error, model, state = None, None, None
+        try:
+            model = resize.global_model(checkpointer, folder, arrays, layout,
+                                        self.net.param_names, self.rank)
+            state = resize.global_state(checkpointer, folder, arrays, layout, self.sync,
+                                        self.rank)
+        except UsageError as exc:
+            error = exc
+        agreement.agree(self.comm, error)
+        self.sync.reset_to(model)
+        error = None
+        try:
+            self.sync.load_global_state(state)
+        except UsageError as exc:
+            error = exc
+        agreement.agree(self.comm, error)
+        self.guard.saved()
 
     def final_state(self):
         """Collective: the model to write, on rank 0 (w_g, or the server's center)."""

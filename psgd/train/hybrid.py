@@ -175,6 +175,15 @@ class ModelParallel:
         if "hybrid" not in state[1]:
             raise UsageError("%s holds a checkpoint of a run without --model-parallel"
                              % self.args.checkpoint_dir)
+        ranks = state[1]["hybrid"].get("ranks")
+        if ranks != self.size:
+            raise UsageError("--resume: %s holds a --model-parallel checkpoint of %s ranks, "
+                             "this job has %d: a model-parallel run resumes on as many ranks "
+                             "as its slices" % (self.args.checkpoint_dir, ranks, self.size))
+
+    def layout(self, header, args):
+        """The slices fix the ranks (check_checkpoint): never another layout."""
+        return None
 
     def load_checkpoint(self, arrays, header):
         main = self.rank == mpi.MAIN_RANK

@@ -13,7 +13,7 @@ from ..backend import get_backend
 from ..errors import UsageError
 from ..nnet import create_optimizer, momentum_option
 from . import checkpoint as ckpt
-from . import consistency, model_files, outputs
+from . import consistency, model_files, outputs, resize
 from .data_parallel import DataParallel
 from .data_setup import combine, read_local
 from .faults import Watchdog
@@ -341,23 +341,45 @@ class Trainer(mpi.Closeable):
             kaldi_log("--resume: %s has no %s: resuming from %s, the newest checkpoint every "
                       "rank's file completes" % (self.args.checkpoint_dir, ckpt.LATEST,
                                                  os.path.basename(folder)), "setup")
-        return state
+        return folder, state
 
     def _resume(self):
-        state = self._load_checkpoint(self.parallel.check_checkpoint)
-        if state is None:
+        found = self._load_checkpoint(self.parallel.check_checkpoint)
+        if found is None:
             return
-        arrays, header = state
-        self.parallel.load_checkpoint(arrays, header)
-        self.optimizer.load_state_dict(_from_host(ckpt.split(arrays, "opt")))
+        folder, (arrays, header) = found
+        layout = self.parallel.layout(header, self.args)
+        saved_opt = _from_host(ckpt.split(arrays, "opt"))
+        if layout is not None and layout.changed:
+            self.parallel.load_resized(self.checkpointer, folder, arrays, layout)
+            saved_opt = resize.optimizer_state(self.optimizer, saved_opt, self.args, layout,
+                                               self.parallel.gradients_averaged)
+        else:
+            self.parallel.load_checkpoint(arrays, header)
+        self.optimizer.load_state_dict(saved_opt)
         if "best" in arrays:
             self.best = self.backend.xp.asarray(arrays["best"])
         self.schedule.load(header["schedule"])
+        if layout is not None and layout.changed:
+            self._resized(layout, header)
         self.start_epoch, self.samples = header["epoch"] + 1, header["samples"]
         self.wall_offset = header["wall"]
         if self.say:
             kaldi_log("resumed from epoch %d of %s" % (header["epoch"] + 1,
                                                       self.args.checkpoint_dir))
+
+
+    def _resized(self, layout, header):
+        """The schedule's rate of this N, and rank 0's lines on what changed."""
+        lr = self.schedule.lr
+        self.schedule.lr = resize.rescaled_lr(lr, self.args, layout)
+        changes = [("lr", lr, self.schedule.lr)] if self.schedule.lr != lr else []
+        changes += resize.momentum_change(self.optimizer, self.args, layout)
+        changes += resize.option_changes(header.get("algorithm_options", {}), self.sync.options)
+        if self.say:
+            for line in resize.log_lines(layout, self.sync, self.parallel.algorithm,
+                                         self.parallel.gradients_averaged, changes):
+                kaldi_log(line, "setup")
 
 
 def _host_state(state):

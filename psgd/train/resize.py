@@ -1,0 +1,179 @@
+"""--resume on another number of ranks or --servers (issue 30). The model
+every rank starts from is the checkpoint's global model: w_g, the same in
+every collective rank's file (rank 0's is read), or the server's center,
+put together from the shard files of the checkpoint's S servers and cut
+again for this job's. State an algorithm declares global (GLOBAL_STATE:
+bmuf's D, sod's outer optimizer, masgd's shared velocity) carries over;
+a worker's own state (WORKER_STATE) has no owner at another N and restarts
+as reset_to makes it: reference points at the model, velocities and
+residuals at zero. The local optimizer's moments restart too, except
+under syncgrad, where every rank steps with the same averaged gradient
+and so holds the same moments. Defaults that depend on N are those of
+this N; the log says which changed."""
+import argparse
+
+import numpy as np
+
+from ..buffers import shard_bounds
+from ..errors import UsageError
+from ..nnet.optimizers import OPTIMIZERS, momentum_option
+from . import checkpoint as ckpt
+from .defaults import default_lr, local_momentum, lr_scale
+
+
+class Layout:
+    """The checkpoint's ranks, servers and workers beside this job's."""
+
+    def __init__(self, algorithm, header, size, servers, args):
+        saved = header.get("config", {})
+        self.then = argparse.Namespace(**dict(vars(args), **saved))   # the checkpoint's flags
+        self.old_size, self.size = header["size"], size
+        self.old_servers = (saved.get("servers") or 1) if algorithm.server_based else 0
+        self.servers = servers
+        self.old_workers = algorithm.workers(self.old_size, max(self.old_servers, 1))
+        self.workers = algorithm.workers(size, max(servers, 1))
+
+    @property
+    def changed(self):
+        return (self.old_size, self.old_servers) != (self.size, self.servers)
+
+    def describe(self):
+        def one(ranks, servers, workers):
+            return "%d ranks (%d workers%s)" % (ranks, workers, ", %d server%s" % (
+                servers, "s" if servers > 1 else "") if servers else "")
+        return "%s, the checkpoint's %s" % (one(self.size, self.servers, self.workers),
+                                            one(self.old_size, self.old_servers,
+                                                self.old_workers))
+
+
+def global_model(checkpointer, folder, arrays, layout, param_names, rank):
+    """The checkpoint's global model, flat, on rank 0 (None elsewhere):
+    rank 0's net parameters, or the servers' center shards end to end."""
+    if rank != 0:
+        return None
+    if not layout.old_servers:
+        net = ckpt.split(arrays, "net")
+        return np.concatenate([np.ravel(net[n]) for n in param_names])
+    return np.concatenate([_shard(checkpointer, folder, layout, s, arrays, "center")
+                           for s in range(layout.old_servers)])
+
+
+def global_state(checkpointer, folder, arrays, layout, sync, rank):
+    """This rank's global algorithm state at the new layout: the declared
+    global keys from a rank of the checkpoint that played the same role,
+    sharded ones put together from the checkpoint's servers and cut for
+    this rank's shard."""
+    keys = [k for k in sync.state_dict() if sync.is_global_state(k)]
+    if not keys:
+        return {}
+    sharded = [k for k in keys if k in sync.SHARDED_STATE]
+    state = {}
+    if len(sharded) < len(keys):
+        # a worker's role began at rank old_servers; a server's and a collective rank's at 0
+        source = layout.old_servers if sync.role == "worker" and layout.old_servers else 0
+        saved = ckpt.split(arrays if source == 0 else
+                           checkpointer.load_from(folder, source, layout.old_size)[0], "algo")
+        state.update({k: saved[k] for k in keys if k not in sharded and k in saved})
+    if sharded:
+        lo, hi = shard_bounds(sync.buffer.size, layout.servers)[rank]
+        for key in sharded:
+            whole = np.concatenate([_shard(checkpointer, folder, layout, s, arrays, key)
+                                    for s in range(layout.old_servers)], axis=-1)
+            if whole.shape[-1] != sync.buffer.size:
+                raise UsageError("checkpoint %s: the %s state %r of its %d server files covers "
+                                 "%d elements, the model has %d" % (
+                                     folder, sync.name, key, layout.old_servers,
+                                     whole.shape[-1], sync.buffer.size))
+            state[key] = whole[..., lo:hi]
+    return state
+
+
+def _shard(checkpointer, folder, layout, server, arrays, key):
+    saved = arrays if server == 0 else checkpointer.load_from(folder, server, layout.old_size)[0]
+    name = "algo/" + key
+    if name not in saved:
+        raise UsageError("checkpoint %s: server rank %d's file lacks its shard of %r" % (
+            folder, server, key))
+    return saved[name]
+
+
+def optimizer_state(optimizer, saved, args, layout, averaged):
+    """The local optimizer's state to load: the checkpoint's options (a flag
+    given anew is already in them), the momentum term of this N where the
+    trainer's default chose it, and the moments only where every rank held
+    the same (`averaged`: syncgrad)."""
+    state = dict(saved)
+    if not averaged:
+        state.update({slot: None for slot in optimizer.slots}, t=0)
+    term = momentum_option(args.optimizer)
+    if term in state and args.momentum is None and layout.then.momentum is None:
+        state[term] = _momentum(args, layout.workers)
+    return state
+
+
+def momentum_change(optimizer, args, layout):
+    """[(term, old, new)] when the local momentum is the trainer's default
+    and differs at this N (asgd below ASGD_DC_FROM workers)."""
+    term = momentum_option(args.optimizer)
+    if term not in optimizer.options or args.momentum is not None \
+            or layout.then.momentum is not None:
+        return []
+    old, new = _momentum(layout.then, layout.old_workers), _momentum(args, layout.workers)
+    return [(term, old, new)] if old != new else []
+
+
+def _momentum(args, workers):
+    mine = local_momentum(args, workers)
+    return mine if mine is not None else OPTIMIZERS[args.optimizer].defaults[
+        momentum_option(args.optimizer)]
+
+
+def rescaled_lr(lr, args, layout):
+    """The schedule's rate at this N: the default rate and the large-batch
+    rule of this N in place of the checkpoint's (a --lr given then stays the
+    base rate; one given anew was set as it is, consistency.py)."""
+    then = layout.then
+    if args.lr is not None and args.lr != then.lr:
+        return lr
+    base_then = then.lr if then.lr is not None else default_lr(then, layout.old_workers)
+    base_now = then.lr if then.lr is not None else default_lr(args, layout.workers)
+    return lr * (base_now * lr_scale(args, layout.workers)) / \
+        (base_then * lr_scale(then, layout.old_workers))
+
+
+def log_lines(layout, sync, algorithm, averaged, changes):
+    """Rank 0's lines: one per rule of the resumed state, then what the
+    defaults of this N changed (`changes`: [(name, old, new)])."""
+    mine = list(sync.state_dict())
+    carried = [k for k in mine if sync.is_global_state(k)]
+    rebuilt = [k for k in mine if not sync.is_global_state(k)]
+    if algorithm.server_based:
+        rebuilt += [k for k in algorithm.WORKER_STATE if k not in rebuilt]
+    source = ("the center, put together from the shards of its %d server%s and cut for %d"
+              % (layout.old_servers, "s" if layout.old_servers > 1 else "", layout.servers)
+              if layout.old_servers else "w_g, the model every rank held")
+    lines = ["resume on %s: every rank starts from the checkpoint's global model (%s)" % (
+        layout.describe(), source)]
+    if carried:
+        lines.append("resume: global %s state carried over: %s" % (sync.name, ", ".join(carried)))
+    if rebuilt:
+        lines.append("resume: each worker's own %s state restarts as at a fresh start from that "
+                     "model (reference points at the model, the rest at zero): %s" % (
+                         sync.name, ", ".join(rebuilt)))
+    lines.append("resume: the local optimizer's state %s" % (
+        "carries over (syncgrad: every rank steps with the same gradient)" if averaged else
+        "restarts (moments at zero, step count 0): it was each worker's own"))
+    lines.append("resume: the data is sharded again for %d workers; defaults for %d workers: %s"
+                 % (layout.workers, layout.workers, ", ".join(
+                     "%s %s -> %s" % (name, _short(old), _short(new))
+                     for name, old, new in changes) or "none changed"))
+    return lines
+
+
+def option_changes(old_options, new_options):
+    return [(k, old_options[k], v) for k, v in sorted(new_options.items())
+            if k in old_options and old_options[k] != v]
+
+
+def _short(value):
+    return "%.4g" % value if isinstance(value, float) else str(value)
