@@ -148,6 +148,14 @@ def test_open_mpi_placement(tmp_path):
     assert calls(tmp_path)[0][:6] == ["--host", "h0:2,h1:2", "--map-by", "slot", "-n", "4"]
 
 
+def test_open_mpi_s_exit_status_0_after_a_lost_host_is_a_loss(tmp_path):
+    r = elastic(tmp_path, [{"epochs": 3, "checkpoint": 3, "kill": ["h1"], "exit": 0},
+                           {"exit": 0}], "--hosts", "h0:2,h1:2", *TRAIN, mpi="openmpi")
+    assert r.returncode == 0, r.stderr
+    assert len(calls(tmp_path)) == 2
+    assert own_lines(r.stderr)[0].startswith("psgd-elastic: restart 1/3: lost host h1 at epoch 4")
+
+
 def test_the_hosts_of_a_slurm_allocation(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
