@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from cluster_util import TOOL, Cluster, skip_without_cluster
+from cluster_util import TOOL
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -25,13 +25,9 @@ TRAIN = ["--algo", "bmuf", "--model", "mlp", "--hidden", "64", "--epochs", str(E
 
 
 @pytest.fixture
-def cluster():
-    skip_without_cluster()
-    c = Cluster(2, "1gbit")
-    try:
-        yield c
-    finally:
-        c.down()
+def cluster(fresh_cluster):
+    """Two hosts of each test's own: the tests kill them."""
+    return fresh_cluster
 
 
 def start(cluster, workdir, hosts, *flags):
