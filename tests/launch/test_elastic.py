@@ -54,7 +54,7 @@ def elastic(tmp_path, script, *args, dead=(), env=None, mpi="mpich", timeout=30)
     (tmp_path / "fake.py").write_text(FAKE)
     (tmp_path / "state.json").write_text(json.dumps({"script": script, "dead": list(dead)}))
     cmd = [sys.executable, ELASTIC, "--launcher", "%s %s" % (sys.executable, tmp_path / "fake.py"),
-           "--mpi", mpi] + list(args)
+           "--mpi", mpi] + list(args)   # a later --launcher wins
     return subprocess.run(cmd, capture_output=True, text=True, cwd=str(tmp_path), timeout=timeout,
                           env=dict(os.environ, PSGD_PYTHON=sys.executable, **(env or {})),
                           stdin=subprocess.DEVNULL)
@@ -109,6 +109,17 @@ def test_a_bad_flag_is_not_restarted(tmp_path):
     assert len(calls(tmp_path)) == 1
     assert own_lines(r.stderr) == ["psgd-elastic: error: the job failed (exit status 2) with "
                                    "every host answering: not a lost host, not restarted"]
+
+
+def test_a_restart_that_psgd_refuses_is_not_restarted_again(tmp_path):
+    """e.g. a psgd whose --resume refuses another rank count: its status 2"""
+    r = elastic(tmp_path, [{"epochs": 2, "checkpoint": 2, "kill": ["h1"], "exit": 137},
+                           {"exit": 2}, {"exit": 0}], "--hosts", "h0:2,h1:2", *TRAIN)
+    assert r.returncode == 2
+    assert len(calls(tmp_path)) == 2
+    assert own_lines(r.stderr)[-1] == (
+        "psgd-elastic: error: the restarted job failed (exit status 2) with every host "
+        "answering: not a lost host, not restarted")
 
 
 def test_every_host_lost_is_one_error_and_the_checkpoint_stays(tmp_path):
@@ -176,6 +187,8 @@ def test_the_hosts_of_a_slurm_allocation(tmp_path):
     (["--hosts", "h0,h1", "--min-hosts", "3"] + TRAIN, "--min-hosts 3: only 2 hosts given"),
     (["--hosts", "h0", "--max-restarts", "-1"] + TRAIN, "--max-restarts must be >= 0"),
     (TRAIN, "no hosts: give --hosts"),
+    (["--hosts", "h0", "--launcher", "no-such-mpiexec -v"] + TRAIN,
+     "--launcher: 'no-such-mpiexec -v' is not a command found here"),
 ])
 def test_bad_flags_are_named_before_any_launch(tmp_path, args, culprit):
     env = {k: "" for k in ("SLURM_JOB_NODELIST",)}
