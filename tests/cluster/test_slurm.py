@@ -67,3 +67,15 @@ def test_a_trainer_alone_in_a_slurm_step_of_four_says_so(slurm_cluster, workdir)
     assert len(lines) == 4, r.stderr
     assert all("a job of 1 rank, but its SLURM step has 4 tasks" in l for l in lines), lines
     assert "Traceback" not in r.stderr and "in use by another job" not in r.stderr
+
+
+def test_psgd_elastic_takes_its_hosts_from_the_allocation(slurm_cluster, workdir):
+    """No --hosts: the allocation's nodes and tasks per node (SLURM_JOB_NODELIST
+    through scontrol, SLURM_TASKS_PER_NODE), one rank per task."""
+    elastic = os.path.join(os.path.dirname(TOOL), "psgd-elastic")
+    r = slurm(slurm_cluster, workdir, "sbatch", "-N", "2", "--ntasks-per-node=2", "--no-kill",
+              "--wait", "-o", "slurm-%j.log", "--wrap", "%s %s --checkpoint-dir ck --algo bmuf "
+              "--model mlp --hidden 16 --epochs 2" % (sys.executable, elastic))
+    log = log_of(workdir)
+    assert r.returncode == 0, r.stdout + r.stderr + log[-3000:]
+    assert "on 2 hosts: h0 (ranks 0, 1), h1 (ranks 2, 3)" in log, log[-3000:]
