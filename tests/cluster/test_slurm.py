@@ -6,6 +6,7 @@ import glob
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -67,3 +68,34 @@ def test_a_trainer_alone_in_a_slurm_step_of_four_says_so(slurm_cluster, workdir)
     assert len(lines) == 4, r.stderr
     assert all("a job of 1 rank, but its SLURM step has 4 tasks" in l for l in lines), lines
     assert "Traceback" not in r.stderr and "in use by another job" not in r.stderr
+
+
+@pytest.fixture
+def own_slurm_cluster():
+    """For a test that kills a host: not the module's cluster."""
+    yield from cluster_fixture(2, "1gbit", slurm=True)
+
+
+def test_psgd_elastic_in_an_allocation_goes_on_without_a_lost_node(own_slurm_cluster,
+                                                                   workdir):
+    """No --hosts: the allocation's nodes and tasks per node (SLURM_JOB_NODELIST
+    through scontrol, SLURM_TASKS_PER_NODE), one rank per task; h1 killed
+    after the first checkpoint, the job (sbatch --no-kill) ends on h0."""
+    elastic = os.path.join(os.path.dirname(TOOL), "psgd-elastic")
+    job = subprocess.Popen(
+        [sys.executable, TOOL, "sbatch", "-N", "2", "--ntasks-per-node=2", "--no-kill",
+         "--wait", "-o", "slurm-%j.log", "--wrap", "%s %s --probe-timeout 5 --checkpoint-dir "
+         "ck --algo bmuf --model mlp --hidden 16 --epochs 8" % (sys.executable, elastic)],
+        env=own_slurm_cluster.job_env(), cwd=str(workdir), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not (workdir / "ck" / "LATEST").exists():
+        assert job.poll() is None and time.time() < deadline, job.stdout.read()
+        time.sleep(0.05)
+    own_slurm_cluster.kill("h1")
+    out = job.communicate(timeout=180)[0]
+    log = log_of(workdir)
+    assert job.returncode == 0, out + log[-3000:]
+    assert "on 2 hosts: h0 (ranks 0, 1), h1 (ranks 2, 3)" in log, log[-3000:]
+    assert "psgd-elastic: restart 1/3: lost host h1 at epoch " in log, log[-3000:]
+    assert '"folder": "epoch-0007", "size": 2' in (workdir / "ck" / "LATEST").read_text(), log

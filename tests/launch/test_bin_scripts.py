@@ -158,3 +158,37 @@ def test_compare_algorithms_fails_when_the_algorithms_fail(tmp_path):
     assert len(errors) == 8 and all("--epochs must be >= 0" in l for l in errors[:7]), r.stderr
     assert "7 of 7 algorithms failed" in errors[7]
     assert [l.split()[1] for l in r.stdout.splitlines()[1:]] == ["failed"] * 7
+
+
+def test_a_requeued_sbatch_job_resumes_from_its_checkpoint(tmp_path):
+    """SLURM reruns a requeued job under its job id with SLURM_RESTART_COUNT
+    set: the script says so and the trainer resumes in the same run folder
+    (srun faked: mpirun of 2 ranks, without SLURM here)."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "srun").write_text('#!/bin/sh\nshift 2\nexec "%s" -n 2 "$@"\n' % MPIRUN)
+    (fake / "srun").chmod(0o755)
+    (fake / "scontrol").write_text("#!/bin/sh\n")    # where the script was submitted: here
+    (fake / "scontrol").chmod(0o755)
+    env = dict(os.environ, **mpi_env())
+    env.update(PATH="%s:%s" % (fake, env["PATH"]), PYTHONPATH=ROOT, PSGD_BACKEND="numpy",
+               PSGD_CACHE_DIR=os.path.join(ROOT, ".cache"), SLURM_JOB_ID="77",
+               PSGD_VENV=os.path.dirname(os.path.dirname(sys.executable)))
+    env.pop("SLURM_RESTART_COUNT", None)
+    script = os.path.join(ROOT, "bin", "psgd-slurm.sbatch")
+    flags = ["--algo", "bsp", "--model", "mlp", "--hidden", "16"]
+    if not os.path.exists(os.path.join(os.path.dirname(sys.executable), "mpichversion")):
+        fake.joinpath("srun").unlink()     # Open MPI's venv: the script runs mpirun itself
+
+    def run(epochs, **extra):
+        return subprocess.run(["bash", script] + flags + ["--epochs", str(epochs)],
+                              capture_output=True, text=True, timeout=120, cwd=str(tmp_path),
+                              env=dict(env, **extra), stdin=subprocess.DEVNULL)
+    first = run(2)
+    assert first.returncode == 0, first.stderr
+    assert "requeued" not in first.stderr
+    again = run(3, SLURM_RESTART_COUNT="1")
+    assert again.returncode == 0, again.stderr
+    assert "psgd-slurm.sbatch: requeued (restart 1 of job 77): resuming from the last " \
+        "complete checkpoint in runs/slurm-77/checkpoints" in again.stderr
+    assert "resumed from epoch 2 of runs/slurm-77/checkpoints" in again.stdout
