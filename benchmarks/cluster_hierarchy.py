@@ -20,7 +20,9 @@ recorded). The minimum, what a hierarchical bandwidth-optimal allreduce must
 send each way over each host's link, is 2 (H-1)/H of the buffer whatever
 the ranks per host (benchmarks/cluster.py, link_floor).
 
-  python benchmarks/cluster_hierarchy.py [--quick]    with either MPI's python
+  python benchmarks/cluster_hierarchy.py [--quick] [--cluster-name NAME]
+run once with each MPI's python (MPICH's, Open MPI's): each run measures
+its own MPI and renders both from their saved results.
 """
 import os
 import sys
@@ -39,6 +41,7 @@ SIZES = (10 ** 6, 10 ** 7)
 LAYOUTS = ((2, 1), (2, 2))
 REPS = 4
 STRIPED = ("fp16", "1bit")
+FLAVOURS = ("mpich", "openmpi")
 
 
 def _link_bytes():
@@ -139,11 +142,11 @@ def _launch(placement, out, sizes, reps, timeout=1800):
     return common.load_json(out)
 
 
-def run(quick=False):
+def run(quick=False, cluster_name=None):
     if os.geteuid() != 0:
         return cluster.skipped(TITLE, "namespace hosts need root (ip netns, unshare)")
-    # a cluster of one's own name beside others' (PSGD_LOCAL_CLUSTER)
-    cluster.NAME = os.environ.get("PSGD_LOCAL_CLUSTER", cluster.NAME)
+    if cluster_name:
+        cluster.NAME = cluster_name
     flavour = common.mpi_flavour()
     sizes = ",".join(str(s) for s in (SIZES[:1] if quick else SIZES))
     runs = []
@@ -156,9 +159,8 @@ def run(quick=False):
                         load=[load, common.load_average()[0]])
             runs.append(data)
             print("   %s %dx%d done" % (flavour, count, per_host), flush=True)
-    name = "cluster_hierarchy_%s.json" % flavour
-    common.save_json(name, {"runs": runs, "quick": quick})
-    return report(runs)
+    common.save_json(_saved(flavour), {"runs": runs, "quick": quick})
+    return rerender()
 
 
 def report(runs):
@@ -167,7 +169,7 @@ def report(runs):
     rows = []
     for r in runs:
         for row in r["rows"]:
-            sent = max(s for s, _ in row["hosts"].values())
+            sent = _sent(row)
             received = max(v for _, v in row["hosts"].values())
             minimum = 2 * (r["hosts"] - 1) / r["hosts"] * 4 * row["size"]
             rows.append([r["mpi"], "%d x %d" % (r["hosts"], r["per_host"]),
@@ -175,16 +177,61 @@ def report(runs):
                          common.fmt_bytes(received), "%.2fx" % (max(sent, received) / minimum),
                          common.fmt_time(common.median(row["times"])),
                          "%.1f-%.1f" % tuple(r["load"])])
-    md = ["Bytes each host's link carried per sum (the busier host, each way), against "
-          "the uncompressed minimum 2 (H-1)/H x 4 bytes x parameters; the slowest rank's "
-          "median time. " + __doc__.split("\n\n")[1].replace("\n", " "),
-          "", common.table(headers, rows)]
-    return common.Section(TITLE, "\n".join(md))
+    return common.Section(TITLE, "\n".join(_markdown(headers, rows)), _headlines(runs),
+                          {"runs": runs})
 
 
-def rerender(flavour):
-    return report(common.load_json("cluster_hierarchy_%s.json" % flavour)["runs"])
+def _sent(row):
+    return max(s for s, _ in row["hosts"].values())
+
+
+def _headlines(runs):
+    """Per MPI, at the largest size: bytes per sum at 2 x 2 over 2 x 1's."""
+    out = []
+    for flavour in FLAVOURS:
+        by = {(r["per_host"], row["exchange"]): row for r in runs if r["mpi"] == flavour
+              for row in r["rows"] if row["size"] == max(x["size"] for x in r["rows"])}
+        cells = ["%s %.2fx" % (name, _sent(by[2, name]) / _sent(by[1, name]))
+                 for per_host, name in by if per_host == 2 and (1, name) in by]
+        if cells:
+            size = common.fmt_size(by[next(iter(by))]["size"])
+            out.append("link bytes per sum across 2 hosts, 2 ranks per host over 1 (%s, %s): "
+                       "%s" % (flavour, size, ", ".join(cells)))
+    return out
+
+
+def _markdown(headers, rows):
+    return ["One in-place float32 sum across 2 hosts at %s, with 1 and 2 ranks per host: "
+          "the MPI library's `Allreduce`, psgd's bsp `synchronize` (pipelined across "
+          "hosts), the striped compressed sum (`psgd.compression`) and the same through "
+          "`psgd.hierarchy` (`two-level`: summed into one leader per host over shared "
+          "memory, the exchange among the leaders, a broadcast inside the host). `sent` "
+          "and `received`: bytes per sum on the busier host's link, from the host's own "
+          "interface counters (exact, TCP/IP headers included); `vs minimum`: against "
+          "2 (H-1)/H x 4 bytes x parameters, what a host-aware uncompressed allreduce "
+          "must send each way, whatever the ranks per host. Time: the slowest rank's "
+          "median over the repeats, noisy at this load (`load`: the 1-minute load "
+          "average before and after the job)." % RATE, "", cluster.NOTE, "",
+          common.table(headers, rows)]
+
+
+def _saved(flavour):
+    return "cluster_hierarchy_%s.json" % flavour
+
+
+def rerender():
+    """Both MPIs' saved runs (each measured by its own python) in one table."""
+    runs = []
+    for flavour in FLAVOURS:
+        if os.path.exists(common.result_path(_saved(flavour))):
+            runs += common.load_json(_saved(flavour))["runs"]
+    return report(runs)
+
+
+def _arguments(p):
+    p.add_argument("--cluster-name", help="the namespace cluster's name (default: %s), "
+                   "to run beside others' clusters" % cluster.NAME)
 
 
 if __name__ == "__main__":
-    common.script_main(run, child)
+    common.script_main(run, child, _arguments)
