@@ -92,6 +92,7 @@ def child(argv):
     comm = MPI.COMM_WORLD
     local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
     counts = local.rank == 0
+    local.Free()
     rows = []
     for size in (int(float(s)) for s in args.sizes.split(",")):
         exchanges, levels = _exchanges(comm, size)
