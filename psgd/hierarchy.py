@@ -32,21 +32,28 @@ class Hierarchy:
         """Number of hosts (leaders); known on leaders only, else None."""
         return self.leaders.Get_size() if self.is_leader else None
 
-    def sum(self, array, inter_sum):
+    def sum(self, array, inter_sum, totals=None):
         """array <- the sum of `array` over every rank of comm, in place:
         summed into the host's leader, `inter_sum(leaders, array)` on the
         leaders (it must leave the same sum on every leader), then
-        broadcast inside each host. Collective over comm."""
-        buf = [array, mpi_type(array.dtype)]
+        broadcast inside each host. `totals`: a small int64 array (a batch
+        count, error flags) summed inside the host beside the data, handed
+        on as `inter_sum(leaders, array, totals)` and broadcast back with
+        the result, so what the leaders learn reaches every rank.
+        Collective over comm."""
+        parts = [array] if totals is None else [array, totals]
         if self.local.Get_size() > 1:
-            if self.is_leader:
-                self.local.Reduce(MPI.IN_PLACE, buf, op=MPI.SUM, root=0)
-            else:
-                self.local.Reduce(buf, None, op=MPI.SUM, root=0)
+            for part in parts:
+                buf = [part, mpi_type(part.dtype)]
+                if self.is_leader:
+                    self.local.Reduce(MPI.IN_PLACE, buf, op=MPI.SUM, root=0)
+                else:
+                    self.local.Reduce(buf, None, op=MPI.SUM, root=0)
         if self.is_leader:
-            inter_sum(self.leaders, array)
+            inter_sum(self.leaders, *parts)
         if self.local.Get_size() > 1:
-            self.local.Bcast(buf, root=0)
+            for part in parts:
+                self.local.Bcast([part, mpi_type(part.dtype)], root=0)
         return array
 
     def close(self):

@@ -70,3 +70,22 @@ def test_leaders_exchange_once_and_hand_it_to_their_host(comm):
     finally:
         levels.close()
     assert levels.local == MPI.COMM_NULL and levels.leaders == MPI.COMM_NULL
+
+
+def test_totals_are_summed_beside_the_data_and_reach_every_rank(comm):
+    levels = hierarchy.create(comm, comm.rank // 2)
+
+    def flagging_sum(leaders, array, totals):
+        if leaders.Get_rank() == leaders.Get_size() - 1:
+            totals[2] += 1                     # e.g. an overflow the last leader found
+        hierarchy.allreduce(leaders, array)
+        hierarchy.allreduce(leaders, totals)
+
+    try:
+        data = np.full(5, 2.0, np.float32)
+        totals = np.array([32 + comm.rank, comm.rank == 1, 0], np.int64)
+        levels.sum(data, flagging_sum, totals)
+        np.testing.assert_array_equal(data, 2.0 * comm.size)
+        assert totals.tolist() == [sum(32 + r for r in range(comm.size)), 1, 1]
+    finally:
+        levels.close()
