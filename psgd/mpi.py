@@ -102,6 +102,18 @@ class Closeable:
             self.close()
 
 
+_TYPES = {np.dtype(np.float32): MPI.FLOAT, np.dtype(np.float64): MPI.DOUBLE,
+          np.dtype(np.int64): MPI.INT64_T, np.dtype(np.int32): MPI.INT32_T}
+
+
+def mpi_type(dtype):
+    """The predefined MPI datatype of a NumPy dtype (reductions need one)."""
+    try:
+        return _TYPES[np.dtype(dtype)]
+    except KeyError:
+        raise TypeError("no MPI datatype for %s" % np.dtype(dtype)) from None
+
+
 # Chunked, buffer-based calls on host arrays ---------------------------------
 def Allreduce(comm, array, op=MPI.SUM):
     """In-place sum over all ranks of a contiguous 1-D host or device array."""

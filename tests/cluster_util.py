@@ -52,7 +52,8 @@ class Cluster:
     def __init__(self, hosts, rate=None, slurm=False):
         self.names = ["h%d" % i for i in range(hosts)]
         # a cluster of the suite's own: one a user has up is left alone
-        self.env = {"PSGD_LOCAL_CLUSTER": "test"}
+        # (PSGD_TEST_CLUSTER names it where several suites share a machine)
+        self.env = {"PSGD_LOCAL_CLUSTER": os.environ.get("PSGD_TEST_CLUSTER", "test")}
         # a test killed before its clean-up left one behind
         self.tool("down", check=False)
         self.tool("up", str(hosts), *(["--rate", rate] if rate else []),

@@ -11,18 +11,10 @@ import numpy as np
 from mpi4py import MPI
 
 from ... import mpi
+from ...mpi import mpi_type
 from ...backend import array_module, empty_pinned, to_numpy
 from . import traffic as tr
 
-_TYPES = {np.dtype(np.float32): MPI.FLOAT, np.dtype(np.float64): MPI.DOUBLE,
-          np.dtype(np.int64): MPI.INT64_T, np.dtype(np.int32): MPI.INT32_T}
-
-
-def mpi_type(dtype):
-    try:
-        return _TYPES[np.dtype(dtype)]
-    except KeyError:
-        raise TypeError("no MPI datatype for %s" % np.dtype(dtype)) from None
 
 
 def _set(device_array, host):
