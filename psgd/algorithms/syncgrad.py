@@ -14,7 +14,7 @@ fold() and unfold() work on any range of the buffer.
 import numpy as np
 from mpi4py import MPI
 
-from .. import agreement, mpi, trace
+from .. import agreement, mpi, pipeline, trace
 from ..buffers import FlatBuffer, host_copy
 from ..errors import CollectiveUsageError, UsageError
 from .base import CollectiveWorker, _check_count, register
@@ -58,7 +58,15 @@ class SyncGrad(CollectiveWorker):
         """A reducer's interface: open_sync(b_k), then the sum of the whole
         buffer, fold()ed before and unfold()ed after."""
         self.open_sync(b_k)
-        self.grad_exchange.allreduce(before=self.fold, after=self.unfold)
+        self.sum_folded()
+
+    def sum_folded(self):
+        """The sum of the wire, fold()ed before and unfold()ed after. Where
+        that pays (across hosts; psgd/pipeline.py) it runs in chunks under
+        each other's folds, the last chunk first: it holds the count every
+        unfold divides by."""
+        pipeline.allreduce(self.grad_exchange, before=self.fold, after=self.unfold,
+                           from_end=True)
 
     def open_sync(self, b_k):
         """Check b_k (a bad one is flagged in the tail, so every rank raises
