@@ -47,7 +47,7 @@ def _job(algo, placement, epochs, hidden, seed):
         "%.0f%%@%.0fs" % (100 * r["test_accuracy"], r["wall_seconds"]) for r in rows)),
         flush=True)
     return {"algo": algo, "hosts": len(placement), "ranks": sum(n for _, n in placement),
-            "rows": rows, "load": [load, common.load_average()[0]]}
+            "epochs": epochs, "rows": rows, "load": [load, common.load_average()[0]]}
 
 
 def run(quick=False, algos=ALGOS, rate=RATE, epochs=None):
@@ -61,7 +61,14 @@ def run(quick=False, algos=ALGOS, rate=RATE, epochs=None):
         for i, algo in enumerate(algos):
             for placement, _ in (LAYOUTS if i % 2 == 0 else LAYOUTS[::-1]):
                 runs.append(_job(algo, placement, epochs, hidden, 1))
-    data = {"runs": runs, "rate": rate, "hidden": hidden, "epochs": epochs, "quick": quick}
+    data = {"runs": runs, "rate": rate, "hidden": hidden, "quick": quick}
+    if set(algos) != set(ALGOS):     # a part: the other algorithms' runs stay
+        try:
+            saved = common.load_json("cluster_e2e.json")
+        except (OSError, ValueError):
+            saved = None
+        if saved and (saved["rate"], saved["hidden"]) == (rate, hidden):
+            data["runs"] = [r for r in saved["runs"] if r["algo"] not in algos] + runs
     common.save_json("cluster_e2e.json", data)
     return report(data)
 
@@ -100,13 +107,13 @@ def report(data):
                          "%.0f" % rate,
                          "%.2fx" % (rate / samples_per_second(one["rows"])) if one else "-",
                          "%.1f%%" % (100 * max(x["test_accuracy"] or 0 for x in r["rows"])),
-                         "%.1f s (epoch %d)" % reach if reach else
+                         "%.1f s (epoch %d of %d)" % (reach + (r["epochs"],)) if reach else
                          "not in %d epochs" % len(r["rows"]),
                          "%.1f-%.1f" % tuple(r["load"])])
             if hosts_ == 2 and reach:
                 heads.append("end to end through the CLI across 2 hosts at %s: %s reaches "
                              "%d%% in %.1f s" % (data["rate"], algo, 100 * TARGET, reach[0]))
-    md = ["`python -m psgd.worker --algo X --hidden %d --epochs %d --seed 1` (MNIST-1D, the "
+    md = ["`python -m psgd.worker --algo X --hidden %d --epochs E --seed 1` (MNIST-1D, the "
           "trainer's CNN with a %d-wide fully connected layer: about %.1fM parameters, %s "
           "a sync; every other flag the trainer's default) launched by `bin/psgd-local-"
           "cluster mpirun -hosts ...` with 2 ranks: both on h0 (shared memory) against one "
@@ -117,10 +124,10 @@ def report(data):
           "evaluation included, the same work in both layouts); `vs 1 host`: against the "
           "same algorithm on 1 host. `time to %d%%`: the trainer's wall time at the first "
           "epoch at %d%% held-out accuracy. `load`: the 1-minute load average before and "
-          "after the run." % (
-              data["hidden"], data["epochs"], data["hidden"], _params(data["hidden"]) / 1e6,
+          "after the run. E: each run's epoch budget (in `time to %d%%`)." % (
+              data["hidden"], data["hidden"], _params(data["hidden"]) / 1e6,
               common.fmt_bytes(4 * _params(data["hidden"])), data["rate"], 100 * TARGET,
-              100 * TARGET), "", cluster.NOTE, "",
+              100 * TARGET, 100 * TARGET), "", cluster.NOTE, "",
           common.table(["algorithm", "layout", "samples/s", "vs 1 host", "best held-out",
                         "time to %d%%" % (100 * TARGET), "load"], rows), ""]
     return common.Section(TITLE, "\n".join(md), heads, data)
@@ -133,8 +140,8 @@ def _params(hidden):
 
 
 def main(argv):
-    """--algos a,b --rate R --epochs E: a part of the section, printed and
-    saved as results/cluster_e2e.json like the whole."""
+    """--algos a,b --rate R --epochs E: a part of the section (the other
+    algorithms' saved runs kept), printed and saved in results/cluster_e2e.json."""
     import argparse
     p = argparse.ArgumentParser(prog="cluster_e2e.py")
     p.add_argument("--quick", action="store_true")
