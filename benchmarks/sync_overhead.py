@@ -96,7 +96,7 @@ def _update_alone(obj, n_k, n, size):
         setattr(obj, k, _NoExchange(getattr(obj, k).buffer))
     old = pipeline.set_pipeline(threshold=2 ** 62)     # one call: no chunks to run under
     try:
-        if obj.needs_grads:     # syncgrad: its fold and unfold around the sum
+        if getattr(obj, "needs_grads", False):     # syncgrad: its fold and unfold around the sum
             obj.reduce(n_k)
         else:
             obj.update(n_k, n, size)
