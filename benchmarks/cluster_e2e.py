@@ -56,20 +56,20 @@ def run(quick=False, algos=ALGOS, rate=RATE, epochs=None):
         return cluster.skipped(TITLE, why)
     epochs = epochs or (2 if quick else 12)
     hidden = 1024 if quick else WIDE
-    runs = []
-    with cluster.hosts(2, rate):
-        for i, algo in enumerate(algos):
-            for placement, _ in (LAYOUTS if i % 2 == 0 else LAYOUTS[::-1]):
-                runs.append(_job(algo, placement, epochs, hidden, 1))
-    data = {"runs": runs, "rate": rate, "hidden": hidden, "quick": quick}
+    data = {"runs": [], "rate": rate, "hidden": hidden, "quick": quick}
     if set(algos) != set(ALGOS):     # a part: the other algorithms' runs stay
         try:
             saved = common.load_json("cluster_e2e.json")
         except (OSError, ValueError):
             saved = None
         if saved and (saved["rate"], saved["hidden"]) == (rate, hidden):
-            data["runs"] = [r for r in saved["runs"] if r["algo"] not in algos] + runs
-    common.save_json("cluster_e2e.json", data)
+            data["runs"] = [r for r in saved["runs"] if r["algo"] not in algos]
+    with cluster.hosts(2, rate):
+        for i, algo in enumerate(algos):
+            for placement, _ in (LAYOUTS if i % 2 == 0 else LAYOUTS[::-1]):
+                data["runs"].append(_job(algo, placement, epochs, hidden, 1))
+                # saved run by run: a pass of an hour stopped midway keeps its runs
+                common.save_json("cluster_e2e.json", data)
     return report(data)
 
 
