@@ -86,6 +86,18 @@ def samples_per_second(rows):
     return common.median([n for n, _ in steps]) / common.median([t for _, t in steps])
 
 
+def _link_share(r, data):
+    """The link floor of an epoch's syncs (2 hosts: the model's bytes each
+    way per sync) and its share of the epoch's wall time."""
+    rows = r["rows"]
+    if len(rows) < 2:
+        return "-"
+    syncs = common.median([b["syncs"] - a["syncs"] for a, b in zip(rows, rows[1:])])
+    wall = common.median([b["wall_seconds"] - a["wall_seconds"] for a, b in zip(rows, rows[1:])])
+    floor = syncs * 4 * _params(data["hidden"]) * 8 / cluster.RATE_BITS[data["rate"]]
+    return "%.1f s (%.0f%%)" % (floor, 100 * floor / wall)
+
+
 def time_to(rows, target):
     """(wall seconds, epoch) of the first epoch at `target`, or None."""
     return next(((r["wall_seconds"], r["epoch"]) for r in rows
@@ -104,7 +116,7 @@ def report(data):
             rate = samples_per_second(r["rows"])
             reach = time_to(r["rows"], TARGET)
             rows.append([algo + (" (server on h0)" if algo in SERVER else ""), name,
-                         "%.0f" % rate,
+                         "%.0f" % rate, _link_share(r, data) if hosts_ == 2 else "-",
                          "%.2fx" % (rate / samples_per_second(one["rows"])) if one else "-",
                          "%.1f%%" % (100 * max(x["test_accuracy"] or 0 for x in r["rows"])),
                          "%.1f s (epoch %d of %d)" % (reach + (r["epochs"],)) if reach else
@@ -124,11 +136,17 @@ def report(data):
           "evaluation included, the same work in both layouts); `vs 1 host`: against the "
           "same algorithm on 1 host. `time to %d%%`: the trainer's wall time at the first "
           "epoch at %d%% held-out accuracy. `load`: the 1-minute load average before and "
-          "after the run. E: each run's epoch budget (in `time to %d%%`)." % (
+          "after the run. E: each run's epoch budget (in `time to %d%%`). `link floor`: the "
+          "syncs of an epoch times the model's bytes over the link rate (what each sync must "
+          "send each way over a host's link: a collective's 2 (H-1)/H of the buffer, a "
+          "worker's delta out and the center back), against the epoch's wall time. Only 2 "
+          "ranks: 2 hosts x 2 against 1 host x 4 would run 4 ranks' compute on these 2 "
+          "cores, which would set the pace, not the link." % (
               data["hidden"], data["hidden"], _params(data["hidden"]) / 1e6,
               common.fmt_bytes(4 * _params(data["hidden"])), data["rate"], 100 * TARGET,
               100 * TARGET, 100 * TARGET), "", cluster.NOTE, "",
-          common.table(["algorithm", "layout", "samples/s", "vs 1 host", "best held-out",
+          common.table(["algorithm", "layout", "samples/s", "link floor", "vs 1 host",
+                        "best held-out",
                         "time to %d%%" % (100 * TARGET), "load"], rows), ""]
     return common.Section(TITLE, "\n".join(md), heads, data)
 
