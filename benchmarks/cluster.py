@@ -3,7 +3,7 @@ bin/psgd-local-cluster (each host its own network stack, IPC and /dev/shm,
 its link shaped with tbf), so MPI sends between hosts over a link that is
 slow and separate from the ranks' CPU, as between machines.
 
-The benchmarks bring up a cluster of their own (PSGD_LOCAL_CLUSTER=bench,
+The benchmarks bring up a cluster of their own (PSGD_LOCAL_CLUSTER, default bench,
 apart from the tests' `test` cluster and a user's `main`) and always take it
 down, also when a job fails (`hosts()` is a context manager). Needs root;
 elsewhere the cluster sections say why they did not run.
@@ -16,7 +16,7 @@ import sys
 
 import common
 
-NAME = "bench"
+NAME = os.environ.get("PSGD_LOCAL_CLUSTER") or "bench"   # the tool's own variable
 TOOL = os.path.join(common.ROOT, "bin", "psgd-local-cluster")
 RATES = ("1gbit", "10gbit")
 LAYOUTS = ((2, 1), (2, 2))          # (hosts, ranks per host)

@@ -17,7 +17,7 @@ import cluster  # noqa: E402
 import common  # noqa: E402
 
 ALGOS = ("bsp", "bmuf", "sod", "syncgrad")
-PIPELINED = ("bsp", "bmuf", "sod")
+PIPELINED = ALGOS
 TARGET = 1.10
 TITLE = "Across hosts: sync against the link floor"
 
@@ -32,26 +32,56 @@ def run(quick=False):
         return cluster.skipped(TITLE, why)
     sizes = [10 ** 5, 10 ** 6] if quick else [10 ** 5, 10 ** 6, 10 ** 7, 10 ** 8]
     rates = cluster.RATES[:1] if quick else cluster.RATES
+    runs = measure(rates, cluster.LAYOUTS, sizes, ALGOS, quick=quick)
+    common.save_json("cluster_sync.json", {"runs": runs, "quick": quick})
+    return report(runs)
+
+
+def measure(rates, layouts, sizes, methods, quick=False, max_reps=None):
+    """One job per (rate, layout, size): its repeats depend on the size."""
     runs = []
     for rate in rates:
         with cluster.hosts(2, rate):
-            for count, per_host in cluster.LAYOUTS:
-                # one job per size: its repeats depend on it
+            for count, per_host in layouts:
                 for size in sizes:
                     out = common.result_path("cluster_sync_child.json")
                     load = common.load_average()[0]
                     data = cluster.run_child(
                         "sync_overhead.py", cluster.layout(count, per_host), out,
-                        ["--sizes", size, "--methods", ",".join(ALGOS),
-                         "--max-reps", _max_reps(size)] + (["--quick"] if quick else []),
+                        ["--sizes", size, "--methods", ",".join(methods),
+                         "--max-reps", max_reps or _max_reps(size)]
+                        + (["--quick"] if quick else []),
                         timeout=1200, env={"PSGD_ACCEL": "auto"})
                     data.update(rate=rate, hosts=count, per_host=per_host,
                                 load=[load, common.load_average()[0]])
                     runs.append(data)
                     print("   %s %dx%d %s done" % (rate, count, per_host,
                                                    common.fmt_size(size)), flush=True)
-    common.save_json("cluster_sync.json", {"runs": runs, "quick": quick})
-    return report(runs)
+    return runs
+
+
+def spot(argv):
+    """A few shapes of the section, e.g. one algorithm's change re-measured:
+    --rates 1gbit --layouts 2x2 --sizes 1e7 --methods bsp,syncgrad. Prints
+    the section's tables; saves results/cluster_sync_spot.json, not the
+    section's results."""
+    import argparse
+    p = argparse.ArgumentParser(prog="cluster_sync.py --spot")
+    p.add_argument("--rates", default=",".join(cluster.RATES))
+    p.add_argument("--layouts", default=",".join("%dx%d" % hl for hl in cluster.LAYOUTS))
+    p.add_argument("--sizes", default="1e6,1e7")
+    p.add_argument("--methods", default=",".join(ALGOS))
+    p.add_argument("--max-reps", type=int, default=None)
+    args = p.parse_args(argv)
+    why = cluster.why_not()
+    if why:
+        sys.exit("cluster_sync.py --spot: %s" % why)
+    runs = measure(args.rates.split(","),
+                   [tuple(int(x) for x in hl.split("x")) for hl in args.layouts.split(",")],
+                   [int(float(x)) for x in args.sizes.split(",")], args.methods.split(","),
+                   max_reps=args.max_reps)
+    common.save_json("cluster_sync_spot.json", {"runs": runs, "argv": argv})
+    print(report(runs).markdown)
 
 
 def rerender():
@@ -108,7 +138,7 @@ def report(runs):
 
 
 def _pipeline_table(runs):
-    """bsp, bmuf and sod in one Allreduce against pipelined, same job, both
+    """The syncs in one Allreduce against pipelined, same job, both
     against the floor (one call's time is its ratio to the job's Allreduce)."""
     rows = []
     for r in runs:
@@ -137,4 +167,7 @@ def _pipeline_table(runs):
 
 
 if __name__ == "__main__":
-    common.script_main(run)
+    if "--spot" in sys.argv:
+        spot([a for a in sys.argv[1:] if a != "--spot"])
+    else:
+        common.script_main(run)

@@ -34,10 +34,12 @@ if common.ROOT not in sys.path:
 
 SECTIONS = ("sync_overhead", "server_roundtrip", "server_throughput", "accel", "scaling",
             "convergence", "memory", "gpu_staging", "torch_ddp", "cluster_sync",
-            "cluster_hierarchy", "cluster_servers", "cluster_torch", "compression")
+            "cluster_hierarchy", "cluster_servers", "cluster_torch", "compression",
+            "cluster_e2e")
 # The cluster regime's sections: jobs across namespace hosts (root only),
 # run by `--regime cluster` and otherwise kept from their saved results.
-CLUSTER_SECTIONS = ("cluster_sync", "cluster_hierarchy", "cluster_servers", "cluster_torch")
+CLUSTER_SECTIONS = ("cluster_sync", "cluster_hierarchy", "cluster_servers", "cluster_torch",
+                     "cluster_e2e")
 
 
 def cpu_busy(seconds=1.0):

@@ -55,15 +55,16 @@ def pipelined(size, across_hosts=False):
     return size >= pipeline_threshold(across_hosts) and size > pipeline_chunk()
 
 
-def allreduce(exchange, before=None, after=None):
+def allreduce(exchange, before=None, after=None, from_end=False):
     """exchange.allreduce(before, after), pipelined where that pays (above).
-    Collective: the first call on an exchange asks whether its ranks span
-    hosts."""
+    `from_end`: the chunks go last first, for an `after` that needs the sum
+    of the buffer's last elements (syncgrad's count rides there). Collective:
+    the first call on an exchange asks whether its ranks span hosts."""
     size = exchange.buffer.size
     device_wire = exchange.direct and exchange.buffer.on_device
     if (before or after) and size > pipeline_chunk() and not device_wire:
         if pipelined(size, exchange.spans_hosts()):
-            return pipelined_allreduce(exchange, before, after)
+            return pipelined_allreduce(exchange, before, after, from_end)
     return exchange.allreduce(before, after)
 
 
@@ -72,7 +73,7 @@ def _ranges(lo, hi, step):
         yield start, min(start + step, hi)
 
 
-def pipelined_allreduce(exchange, before, after):
+def pipelined_allreduce(exchange, before, after, from_end=False):
     """exchange.allreduce(before, after) in chunks: Iallreduce per chunk,
     PIPELINE_DEPTH of them in flight, each chunk's `before` and `after`
     running while its neighbours travel. A device buffer's chunks are staged
@@ -85,6 +86,8 @@ def pipelined_allreduce(exchange, before, after):
     wire = buffer.host          # host memory only (above): the data, or the pinned mirror
     on_host = not buffer.on_device
     chunks = list(_ranges(0, buffer.size, pipeline_chunk()))
+    if from_end:
+        chunks.reverse()
     flight = []   # (lo, hi, request), oldest first
 
     def progress():

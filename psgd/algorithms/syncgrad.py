@@ -19,7 +19,7 @@ close_sync() see what the plain sum would give them.
 import numpy as np
 from mpi4py import MPI
 
-from .. import agreement, kernels, mpi, trace
+from .. import agreement, kernels, mpi, pipeline, trace
 from ..buffers import FlatBuffer, host_copy
 from ..errors import CollectiveUsageError, UsageError
 from . import compressed
@@ -77,7 +77,15 @@ class SyncGrad(CollectiveWorker):
         if self.compressing():
             self._compressed_reduce()
             return
-        self.grad_exchange.allreduce(before=self.fold, after=self.unfold)
+        self.sum_folded()
+
+    def sum_folded(self):
+        """The sum of the wire, fold()ed before and unfold()ed after. Where
+        that pays (across hosts; psgd/pipeline.py) it runs in chunks under
+        each other's folds, the last chunk first: it holds the count every
+        unfold divides by."""
+        pipeline.allreduce(self.grad_exchange, before=self.fold, after=self.unfold,
+                           from_end=True)
 
     def _compressed_reduce(self):
         g, tail = self._wire[:self._wire.size + COUNT], self._wire[COUNT:]

@@ -119,9 +119,9 @@ from psgd import mpi, pipeline, settings
 
 calls = []
 original = pipeline.pipelined_allreduce
-def counting(exchange, before, after):
+def counting(exchange, *args):
     calls.append(exchange.buffer.size)
-    return original(exchange, before, after)
+    return original(exchange, *args)
 pipeline.pipelined_allreduce = counting
 
 comm = MPI.COMM_WORLD
@@ -139,6 +139,16 @@ expected /= size
 assert calls == [n], calls
 assert np.array_equal(sync.params[0], expected), np.abs(sync.params[0] - expected).max()
 sync.close()
+
+# syncgrad: its count rides in the last chunk, which goes first
+grad = psgd.create("syncgrad", [np.zeros(n, np.float32)], grads=[np.zeros(n, np.float32)])
+grad.grads[0][:] = w
+grad.synchronize(1 + rank)
+comm.Allreduce(w * np.float32(1 + rank), expected)
+expected /= np.float32(sum(1 + k for k in range(size)))
+assert calls == [n, n + 2], calls
+assert np.array_equal(grad.grads[0], expected), np.abs(grad.grads[0] - expected).max()
+grad.stop(0)
 if rank == 0:
     print("PIPELINED-OK", calls)
 """

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
+import psgd
 import reference
 from device_util import load
 from psgd import mpi, pipeline, settings
@@ -36,9 +37,9 @@ class Pipelined:
                     settings.set("PSGD_MPI_PIPELINE_THRESHOLD", 0))
         self.original = pipeline.pipelined_allreduce
 
-        def counting(exchange, before, after):
+        def counting(exchange, before, after, from_end=False):
             self.calls += 1
-            return self.original(exchange, before, after)
+            return self.original(exchange, before, after, from_end)
         pipeline.pipelined_allreduce = counting
         return self
 
@@ -72,6 +73,37 @@ def test_pipelined_bits_equal_one_call_at_np2(comm, name):
     for a, b in zip(seen_one, seen_chunked):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(final_one, final_chunked)
+
+
+def _syncgrad_sum(comm, b_k):
+    """syncgrad's averaged gradients after one sync of rank-dependent ones."""
+    shapes = [(3, 4), (7,)]
+    sync = psgd.create("syncgrad", [np.zeros(s) for s in shapes],
+                       grads=[np.zeros(s) for s in shapes], comm=comm)
+    for i, g in enumerate(sync.grads):
+        g[...] = np.arange(g.size).reshape(g.shape) * (comm.rank + 1) + i + 0.1 * comm.rank
+    assert sync.synchronize(b_k)
+    out = [np.array(g) for g in sync.grads]
+    sync.stop(0)
+    return out
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7])
+def test_syncgrad_pipelined_divides_every_chunk_by_the_summed_count(comm, chunk):
+    """The count rides in the wire's last two elements: pipelined, every
+    chunk's unfold must see it summed, whichever chunk it is in."""
+    counts = [2 + 3 * k for k in range(comm.size)]
+    with Pipelined(10 ** 9):
+        one_call = _syncgrad_sum(comm, counts[comm.rank])
+    with Pipelined(chunk) as pipe:
+        chunked = _syncgrad_sum(comm, counts[comm.rank])
+    assert pipe.calls > 0, "the pipeline did not run"
+    for i, (a, b) in enumerate(zip(one_call, chunked)):
+        expected = sum(c * (np.arange(a.size).reshape(a.shape) * (k + 1) + i + 0.1 * k)
+                       for k, c in enumerate(counts)) / sum(counts)
+        np.testing.assert_allclose(b, expected, rtol=1e-12)
+        if comm.size == 2:      # a sum of two is the same in any message size
+            np.testing.assert_array_equal(a, b)
 
 
 def test_callbacks_cover_the_buffer_once_in_order(comm):
