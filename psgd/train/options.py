@@ -18,6 +18,7 @@ ALGORITHM_FLAGS = {
     "outer": "outer", "outer_lr": "outer_lr", "outer_momentum": "outer_momentum",
     "barrier_period": "barrier_period",
     "masgd_momentum": "momentum", "masgd_scope": "scope",
+    "masgd_delayed": "delayed", "masgd_delay_period": "delay_period",
     "staleness_compensation": "staleness_compensation", "dc_lambda": "dc_lambda",
 }
 MODELS = ("cnn", "mlp", "lstm")
@@ -84,6 +85,11 @@ def build_parser(prog="psgd-train"):
                         "model (default 1)")
     g.add_argument("--masgd-momentum", type=finite_float, help="masgd server momentum m (default 0.9)")
     g.add_argument("--masgd-scope", choices=("worker", "global"), help="masgd momentum scope")
+    g.add_argument("--masgd-delayed-nesterov", dest="masgd_delayed", action="store_const",
+                   const=True, help="masgd: apply each delta at once and the server momentum "
+                                    "once every D updates (delayed Nesterov)")
+    g.add_argument("--masgd-delay-period", type=int, metavar="D",
+                   help="masgd delayed Nesterov: updates per momentum step (default N)")
     g.add_argument("--staleness-compensation", choices=("none", "scale", "dc"),
                    help="asgd/masgd: correct a stale delta (scale: divide by its staleness; "
                         "dc: DC-ASGD delay compensation)")
