@@ -87,7 +87,10 @@ def build_parser(prog="psgd-train"):
     g.add_argument("--masgd-scope", choices=("worker", "global"), help="masgd momentum scope")
     g.add_argument("--masgd-delayed-nesterov", dest="masgd_delayed", action="store_const",
                    const=True, help="masgd: apply each delta at once and the server momentum "
-                                    "once every D updates (delayed Nesterov)")
+                                    "once every D updates (delayed Nesterov; the trainer's "
+                                    "default from 4 workers)")
+    g.add_argument("--no-masgd-delayed-nesterov", dest="masgd_delayed", action="store_const",
+                   const=False, help="masgd: the server momentum on every delta")
     g.add_argument("--masgd-delay-period", type=int, metavar="D",
                    help="masgd delayed Nesterov: updates per momentum step (default N)")
     g.add_argument("--staleness-compensation", choices=("none", "scale", "dc"),

@@ -61,7 +61,23 @@ def test_trainer_defaults_by_number_of_workers():
     assert default_lr(asgd, 5) == pytest.approx(0.002 / math.sqrt(5))
     assert algorithm_options(asgd, 6) == {"staleness_compensation": "dc"}
     assert default_lr(asgd, 6) == pytest.approx(0.002)
-    assert algorithm_options(make_config(algo="masgd"), 4) == {"staleness_compensation": "dc"}
+    masgd = make_config(algo="masgd")
+    assert algorithm_options(masgd, 3) == {"staleness_compensation": "dc"}
+    assert algorithm_options(masgd, 4) == {"staleness_compensation": "dc", "delayed": True}
+    assert algorithm_options(make_config(algo="masgd", masgd_delayed=False), 8) == {
+        "staleness_compensation": "dc", "delayed": False}
+
+
+def test_masgd_blocks_follow_its_update():
+    """32 minibatches for the momentum on every delta, 4 for the delayed one."""
+    from psgd.train.defaults import default_sync_period
+    masgd = make_config(algo="masgd")
+    assert [default_sync_period(masgd, n) // masgd.minibatch_size for n in (2, 3, 4, 8)] == [
+        32, 32, 4, 4]
+    assert default_sync_period(make_config(algo="masgd", masgd_delayed=True), 2) == \
+        4 * masgd.minibatch_size
+    assert default_sync_period(make_config(algo="masgd", masgd_delayed=False), 8) == \
+        32 * masgd.minibatch_size
 
 
 def test_asgd_takes_a_local_momentum_of_one_half_from_2_to_5_workers():
