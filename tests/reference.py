@@ -84,11 +84,14 @@ def compensate(delta, x, x_start, staleness, compensation, lam=1.0):
     return delta
 
 
-def asgd(x0, log, local, alpha, momentum=None, scope="worker", compensation="none", lam=1.0):
-    """asgd (momentum None) or masgd. A worker's reply is the center as it was
-    after `reply` updates, so held (barrier) replies replay exactly. The
-    staleness of a delta is `order` minus the worker's previous reply."""
+def asgd(x0, log, local, alpha, momentum=None, scope="worker", compensation="none", lam=1.0,
+         delay=None):
+    """asgd (momentum None) or masgd; with `delay` = D, masgd's delayed
+    Nesterov update. A worker's reply is the center as it was after `reply`
+    updates, so held (barrier) replies replay exactly. The staleness of a
+    delta is `order` minus the worker's previous reply."""
     versions, base, v, after = [x0.copy()], {}, {}, {}
+    period = []                                 # the deltas since the last Nesterov step
     for row in log:
         k, order, reply = int(row[0]), int(row[2]), int(row[3])
         assert order == len(versions) - 1, "log is not in service order"
@@ -96,12 +99,21 @@ def asgd(x0, log, local, alpha, momentum=None, scope="worker", compensation="non
         w_k = w_prev + local(k, len(after.get(k, ())))
         delta = compensate(w_k - w_prev, versions[-1], w_prev, order - base.get(k, 0),
                            compensation, lam)
-        if momentum is None:
-            step = delta
+        if delay:                               # each delta at once, the momentum every D-th
+            period.append(delta)
+            move = delta
+            if len(period) == delay:
+                mean = sum(period) / delay
+                v[0] = momentum * v.get(0, np.zeros_like(delta)) + mean
+                move = move + alpha * (momentum * v[0] + mean) - sum(period)
+                period = []
+        elif momentum is None:
+            move = alpha * delta
         else:
             key = k if scope == "worker" else 0
-            step = v[key] = momentum * v.get(key, np.zeros_like(delta)) + delta
-        versions.append(versions[-1] + alpha * step)
+            v[key] = momentum * v.get(key, np.zeros_like(delta)) + delta
+            move = alpha * v[key]
+        versions.append(versions[-1] + move)
         base[k] = reply
         after.setdefault(k, []).append(reply)
     models = {k: [versions[r].copy() for r in replies] for k, replies in after.items()}

@@ -52,7 +52,7 @@ class DataParallel:
         Returns the (network, optimizer) to train with."""
         args = self.args
         self.net, self.optimizer = net, optimizer
-        self.sync_period = args.sync_period or default_sync_period(args)
+        self.sync_period = args.sync_period or default_sync_period(args, self.num_workers)
         self.sync = create(args.algo, net.params, comm=self.comm,
                            grads=net.grads if self.gradients_averaged else None,
                            stats=net.stat_buffer.views if not self.server_based else None,

@@ -66,7 +66,7 @@ def build_parser(prog="psgd-train"):
     g.add_argument("--momentum", type=finite_float, default=None,
                    help="local momentum: mu of momentum, nesterov and rmsprop, beta1 of adam "
                         "(default the optimizer's: 0.9, rmsprop 0; the trainer: 0.5 under asgd "
-                        "with 2-5 workers)")
+                        "with 2, 3 or 5 workers)")
     g.add_argument("--weight-decay", type=finite_float, default=0.0, help="L2 penalty")
     g.add_argument("--clip", type=finite_float, default=0.0, help="gradient-norm clipping (0: off)")
     g.add_argument("--lr-schedule", choices=SCHEDULES, default="constant")

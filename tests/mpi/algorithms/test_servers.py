@@ -54,6 +54,22 @@ def test_masgd_matches_replay(comm, scope, momentum, alpha):
         assert len(obj.velocities) == (comm.size - 1 if scope == "worker" else 1)
 
 
+@pytest.mark.parametrize("momentum,alpha,period", [(None, None, None), (0.5, 0.8, 2), (0.9, 1.5, 5)])
+def test_masgd_delayed_nesterov_matches_replay(comm, momentum, alpha, period):
+    """Every delta at once, one Nesterov step on the period's mean delta
+    every D-th update (docs/algorithms.md); D and alpha by N when not given."""
+    N = comm.size - 1
+    m = 0.9 if momentum is None else momentum
+    D = N if period is None else period
+    a = D * (1 - m) if alpha is None else alpha
+    options = {k: v for k, v in (("momentum", momentum), ("alpha", alpha),
+                                 ("delay_period", period)) if v is not None}
+    obj, _, _ = check_replay(
+        comm, "masgd", lambda x, log, f: reference.asgd(x, log, f, a, m, delay=D),
+        delayed=True, **options)
+    assert (obj.momentum, obj.alpha, obj.delay_period) == (pytest.approx(m), pytest.approx(a), D)
+
+
 @pytest.mark.parametrize("name,replay", [
     ("easgd", lambda x, log, f: reference.easgd(x, log, f, 0.5)),
     ("masgd", lambda x, log, f: reference.asgd(x, log, f, 1 - 0.9, 0.9, "worker"))])
@@ -233,16 +249,21 @@ def test_idle_server_sleeps_instead_of_spinning(comm):
 # checkpoint state ---------------------------------------------------------------------
 @pytest.mark.parametrize("name,options", [("easgd", {}), ("asgd", {}),
                                           ("masgd", {"scope": "worker"}),
-                                          ("masgd", {"scope": "global"})])
+                                          ("masgd", {"scope": "global"}),
+                                          ("masgd", {"delayed": True, "delay_period": 3})])
 def test_state_dict_round_trip(comm, name, options):
     obj, _, _, _ = drive(comm, name, **options)
     state = obj.state_dict()
     if obj.role == "server":
-        expected = {"center"} | ({"velocity"} if name == "masgd" else set())
+        delayed = options.get("delayed", False)
+        expected = {"center"} | ({"velocity"} if name == "masgd" else set()) | \
+            ({"period_sum", "in_period"} if delayed else set())
         np.testing.assert_array_equal(state["center"], obj.buffer.data)
         if name == "masgd":
-            rows = comm.size - 1 if options["scope"] == "worker" else 1
+            rows = comm.size - 1 if options.get("scope") == "worker" else 1
             assert state["velocity"].shape == (rows, SIZE)
+        if delayed:     # a period left open: what it holds must survive the round trip
+            assert state["in_period"][0] == obj.syncs % 3
     else:
         expected = {"w_prev"} if name != "easgd" else set()
     assert set(state) == expected
@@ -255,6 +276,7 @@ def test_state_dict_round_trip(comm, name, options):
 
 # bad input -------------------------------------------------------------------------------
 @pytest.mark.parametrize("name,options,match", [
+    ("masgd", {"delay_period": 3}, "nothing without delayed"),
     ("easgd", {"alpha": 0.0}, "0 < alpha <= 1"),
     ("easgd", {"alpha": 1.5}, "0 < alpha <= 1"),
     ("asgd", {"alpha": -1.0}, "must be > 0"),

@@ -28,7 +28,7 @@ def test_warmup_ramps_from_above_the_one_worker_rate_to_the_scaled_rate():
 
 
 @pytest.mark.parametrize("algo,k", [("bsp", 3.0), ("sod", 2.0), ("easgd", 3.0),
-                                    ("syncgrad", 3.0), ("asgd", 1.0)])
+                                    ("syncgrad", 3.0), ("asgd", 3.0)])
 def test_which_algorithms_scale_and_the_flag_that_turns_it_off(algo, k):
     assert lr_scale(make_config(algo=algo), 4) == k
     assert lr_scale(make_config(algo=algo, lr_scaling=False), 4) == 1.0
@@ -56,19 +56,50 @@ def test_trainer_defaults_by_number_of_workers():
     assert algorithm_options(make_config(algo="sod", outer_lr=0.7), 2) == {"outer_lr": 0.7}
     assert algorithm_options(make_config(algo="sod", outer="adam"), 2) == {"outer": "adam"}
     asgd = make_config(algo="asgd")
-    assert algorithm_options(asgd, 4) == {"staleness_compensation": "none"}
-    assert default_lr(asgd, 4) == pytest.approx(0.001)
-    assert default_lr(asgd, 5) == pytest.approx(0.002 / math.sqrt(5))
+    assert algorithm_options(asgd, 4) == {"staleness_compensation": "none", "alpha": 0.25}
+    assert default_lr(asgd, 4) == pytest.approx(0.002)
     assert algorithm_options(asgd, 6) == {"staleness_compensation": "dc"}
     assert default_lr(asgd, 6) == pytest.approx(0.002)
-    assert algorithm_options(make_config(algo="masgd"), 4) == {"staleness_compensation": "dc"}
+    masgd = make_config(algo="masgd")
+    assert algorithm_options(masgd, 3) == {"staleness_compensation": "dc"}
+    assert algorithm_options(masgd, 4) == {"staleness_compensation": "dc", "delayed": True}
+    assert algorithm_options(make_config(algo="masgd", masgd_delayed_nesterov=False), 8) == {
+        "staleness_compensation": "dc", "delayed": False}
 
 
-def test_asgd_takes_a_local_momentum_of_one_half_from_2_to_5_workers():
-    from psgd.train.defaults import local_momentum
-    assert [local_momentum(make_config(algo="asgd"), n) for n in (1, 2, 5, 6, 8)] == [
-        None, 0.5, 0.5, None, None]
-    assert local_momentum(make_config(algo="asgd", optimizer="momentum"), 4) == 0.5
-    assert local_momentum(make_config(algo="asgd", optimizer="sgd"), 4) is None
+def test_masgd_blocks_follow_its_update():
+    """32 minibatches for the momentum on every delta, 4 for the delayed one."""
+    from psgd.train.defaults import default_sync_period
+    masgd = make_config(algo="masgd")
+    assert [default_sync_period(masgd, n) // masgd.minibatch_size for n in (2, 3, 4, 8)] == [
+        32, 32, 4, 4]
+    assert default_sync_period(make_config(algo="masgd", masgd_delayed_nesterov=True), 2) == \
+        4 * masgd.minibatch_size
+    assert default_sync_period(make_config(algo="masgd", masgd_delayed_nesterov=False), 8) == \
+        32 * masgd.minibatch_size
+
+
+def algorithm_options_of(args, n):
+    from psgd.train.options import algorithm_options
+    return algorithm_options(args, n)
+
+
+def test_asgd_adds_the_mean_delta_at_the_large_batch_rate_at_4_workers():
+    from psgd.train.defaults import warmup_epochs
+    asgd = make_config(algo="asgd")
+    assert [algorithm_options_of(asgd, n).get("alpha") for n in (1, 2, 4, 5, 6, 8)] == [
+        None, None, 0.25, None, None, None]
+    assert [lr_scale(asgd, n) for n in (1, 2, 4, 5, 6, 8)] == [1.0, 1.0, 3.0, 1.0, 1.0, 1.0]
+    assert warmup_epochs(asgd) == 0
+    assert algorithm_options_of(make_config(algo="asgd", alpha=1.0), 4)["alpha"] == 1.0
+
+
+def test_asgd_takes_a_local_momentum_of_one_half_at_2_3_and_5_workers():
+    from psgd.train.defaults import default_lr, local_momentum
+    assert [local_momentum(make_config(algo="asgd"), n) for n in (1, 2, 3, 4, 5, 6, 8)] == [
+        None, 0.5, 0.5, None, 0.5, None, None]
+    assert default_lr(make_config(algo="asgd"), 5) == pytest.approx(0.002 / math.sqrt(5))
+    assert default_lr(make_config(algo="asgd"), 4) == pytest.approx(0.002)
+    assert local_momentum(make_config(algo="asgd", optimizer="momentum"), 2) == 0.5
+    assert local_momentum(make_config(algo="asgd", optimizer="sgd"), 2) is None
     assert local_momentum(make_config(algo="masgd"), 4) is None
-    assert local_momentum(make_config(algo="bsp"), 4) is None
