@@ -168,3 +168,22 @@ def test_auto_goes_two_level_only_across_hosts_with_several_ranks_on_one(comm, h
     wanted = 1 < len(groups) < comm.Get_size()
     assert isinstance(sync.compressed.striped, two_level.TwoLevelSum) == wanted
     sync.close()
+
+
+def test_a_bad_setting_is_one_line_on_every_rank(comm):
+    old = settings.set("PSGD_COMPRESSION_HIERARCHY", "sometimes")
+    try:
+        with pytest.raises(psgd.UsageError, match=r"PSGD_COMPRESSION_HIERARCHY='sometimes': "
+                           r"must be one of auto \| on \| off"):
+            psgd.create("bsp", initial(), comm=comm, compression="1bit")
+    finally:
+        settings.set("PSGD_COMPRESSION_HIERARCHY", old)
+
+
+def test_ranks_that_disagree_on_the_setting_are_told_before_any_exchange(comm):
+    old = settings.set("PSGD_COMPRESSION_HIERARCHY", "on" if comm.Get_rank() == 0 else "off")
+    try:
+        with pytest.raises(psgd.UsageError, match="PSGD_COMPRESSION_HIERARCHY"):
+            psgd.create("bsp", initial(), comm=comm, compression="1bit")
+    finally:
+        settings.set("PSGD_COMPRESSION_HIERARCHY", old)
