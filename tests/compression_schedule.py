@@ -46,3 +46,28 @@ OPTIONS = {"bsp": {}, "bmuf": {}, "sod": {"outer": "sgd", "outer_lr": OUTER_LR}}
 
 def residuals(sync):
     return {k: v for k, v in sync.state_dict().items() if k.startswith("residual")}
+
+
+def checkpoint_round_trip(comm, name, options, holds):
+    """4 syncs straight against 2, a resume from their checkpoint and 2
+    more: the same model. `holds`: whether this rank's checkpoint has a
+    residual that is not 0. Then reset_to zeroes the residuals."""
+    whole, seen = drive(comm, name, syncs=4, **options)
+    first, _ = drive(comm, name, syncs=2, **options)
+    state, model = first.state_dict(), [v.copy() for v in first.params]
+    assert any(v.any() for v in residuals(first).values()) == holds
+    again = psgd.create(name, model, comm=comm, **options)
+    again.load_state_dict(state)
+    k = comm.Get_rank()
+    plan = counts(k, comm.Get_size())
+    for t in (2, 3):
+        n_k = plan[t] if t < len(plan) else 0
+        if n_k:
+            again.buffer.data[...] += step(k, t)
+        again.synchronize(n_k)
+    assert again.buffer.data.tobytes() == seen[3].tobytes()
+    again.reset_to(initial() if comm.Get_rank() == 0 else None)
+    assert all(not v.any() for v in residuals(again).values())
+    assert sorted(residuals(again)) == ["residual_owner", "residual_worker"]
+    for obj in (whole, first, again):
+        obj.close()

@@ -8,8 +8,8 @@ import pytest
 
 import psgd
 from compression_replay import Replay
-from compression_schedule import (KINDS, OPTIONS, OUTER_LR, SHAPES, SIZE, counts, drive,
-                                  initial, residuals, step)
+from compression_schedule import (KINDS, OPTIONS, OUTER_LR, SHAPES, SIZE,
+                                  checkpoint_round_trip, counts, drive, initial, residuals, step)
 from psgd import kernels
 from psgd.errors import UsageError
 
@@ -101,25 +101,7 @@ def test_syncgrad_replays_the_contract(comm, kind):
 @pytest.mark.parametrize("name", ["bsp", "bmuf", "sod"])
 def test_checkpoint_keeps_the_residuals_and_reset_to_zeroes_them(comm, name):
     options = dict(OPTIONS[name], compression="1bit", compression_block=32)
-    whole, seen = drive(comm, name, syncs=4, **options)
-    first, _ = drive(comm, name, syncs=2, **options)
-    state, model = first.state_dict(), [v.copy() for v in first.params]
-    assert any(np.abs(v).max() > 0 for v in residuals(first).values())
-    again = psgd.create(name, model, comm=comm, **options)
-    again.load_state_dict(state)
-    k = comm.Get_rank()
-    plan = counts(k, comm.Get_size())
-    for t in (2, 3):
-        n_k = plan[t] if t < len(plan) else 0
-        if n_k:
-            again.buffer.data[...] += step(k, t)
-        again.synchronize(n_k)
-    assert again.buffer.data.tobytes() == seen[3].tobytes()
-    again.reset_to(initial() if comm.Get_rank() == 0 else None)
-    assert all(not v.any() for v in residuals(again).values())
-    assert sorted(residuals(again)) == ["residual_owner", "residual_worker"]
-    for obj in (whole, first, again):
-        obj.close()
+    checkpoint_round_trip(comm, name, options, holds=True)
 
 
 def test_a_checkpoint_without_residuals_starts_them_at_zero(comm):

@@ -10,9 +10,10 @@ import pytest
 
 import psgd
 from compression_replay import Replay
+from compression_schedule import (OPTIONS, SHAPES, SIZE, checkpoint_round_trip, counts, drive,
+                                  initial, step)
 from psgd import hierarchy, kernels, settings
 from psgd.algorithms import two_level
-from compression_schedule import OPTIONS, SHAPES, SIZE, counts, drive, initial, residuals, step
 
 pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.timeout(120)]
 
@@ -137,27 +138,9 @@ def test_an_overflow_reaches_every_rank(comm, hosts):
 @pytest.mark.parametrize("hosts", ["pairs"], indirect=True)
 def test_leaders_keep_the_residuals_through_a_checkpoint_and_reset_to_zeroes_them(comm, hosts):
     options = dict(OPTIONS["bmuf"], compression="1bit", compression_block=32)
-    whole, seen = drive(comm, "bmuf", syncs=4, **options)
-    first, _ = drive(comm, "bmuf", syncs=2, **options)
-    state, model = first.state_dict(), [v.copy() for v in first.params]
-    leader = hosts(comm.Get_rank()) != hosts(comm.Get_rank() - 1) or comm.Get_rank() == 0
-    held = any(v.any() for v in residuals(first).values())
-    assert held == leader
-    again = psgd.create("bmuf", model, comm=comm, **options)
-    again.load_state_dict(state)
-    k = comm.Get_rank()
-    plan = counts(k, comm.Get_size())
-    for t in (2, 3):
-        n_k = plan[t] if t < len(plan) else 0
-        if n_k:
-            again.buffer.data[...] += step(k, t)
-        again.synchronize(n_k)
-    assert again.buffer.data.tobytes() == seen[3].tobytes()
-    again.reset_to(initial() if comm.Get_rank() == 0 else None)
-    assert all(not v.any() for v in residuals(again).values())
-    assert sorted(residuals(again)) == ["residual_owner", "residual_worker"]
-    for obj in (whole, first, again):
-        obj.close()
+    rank = comm.Get_rank()
+    leader = rank == 0 or hosts(rank) != hosts(rank - 1)
+    checkpoint_round_trip(comm, "bmuf", options, holds=leader)
 
 
 @pytest.mark.parametrize("hosts", list(SPLITS), indirect=True)
