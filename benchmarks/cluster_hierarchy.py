@@ -12,6 +12,8 @@ run of repeats, for:
   two-level ...    the same through psgd.hierarchy: summed into one leader
                    per host over shared memory, the leaders' exchange, a
                    broadcast inside the host
+  bmuf fp16/1bit   bmuf's compressed synchronize, flat and two-level
+                   (PSGD_COMPRESSION_HIERARCHY off and on)
 
 Bytes are exact (the counters see every frame, TCP and Ethernet headers
 included; the repeats' barriers add a few hundred bytes); times are the
@@ -21,8 +23,11 @@ send each way over each host's link, is 2 (H-1)/H of the buffer whatever
 the ranks per host (benchmarks/cluster.py, link_floor).
 
   python benchmarks/cluster_hierarchy.py [--quick] [--cluster-name NAME]
+                                         [--only TEXT]
 run once with each MPI's python (MPICH's, Open MPI's): each run measures
-its own MPI and renders both from their saved results.
+its own MPI and renders both from their saved results. --only TEXT
+measures the exchanges whose name holds TEXT and keeps the saved rows of
+the others.
 """
 import os
 import sys
@@ -71,6 +76,8 @@ def _exchanges(comm, size):
     except ImportError:
         return out, levels
     for kind in STRIPED:
+        for name, how in (("bmuf %s" % kind, "off"), ("two-level bmuf %s" % kind, "on")):
+            out.append((name, _bmuf(comm, size, kind, how)))
         flat = compression.StripedSum(comm, size, np.float32, compression.quantizer(kind))
         out.append(("striped %s" % kind, lambda s=flat: s.sum(data)))
         if levels.is_leader:
@@ -83,11 +90,36 @@ def _exchanges(comm, size):
     return out, levels
 
 
+_live = {}
+
+
+def _bmuf(comm, size, kind, how):
+    """bmuf's compressed sync, built at its first call (one such model at a
+    time: the previous one is stopped and closed, collectively)."""
+    def sync():
+        import psgd
+        from psgd import settings
+        if _live.get("name") != (kind, how):
+            if _live:
+                _live["alg"].stop(0)
+                _live["alg"].close()
+            old = settings.set("PSGD_COMPRESSION_HIERARCHY", how)
+            try:
+                _live["alg"] = psgd.create("bmuf", [np.zeros(size, np.float32)], comm=comm,
+                                           compression=kind)
+            finally:
+                settings.set("PSGD_COMPRESSION_HIERARCHY", old)
+            _live["name"] = (kind, how)
+        _live["alg"].synchronize(32)
+    return sync
+
+
 def child(argv):
     from mpi4py import MPI
     p = common.child_args()
     p.add_argument("--sizes", required=True)
     p.add_argument("--reps", type=int, default=REPS)
+    p.add_argument("--only", default="")
     args = p.parse_args(argv)
     comm = MPI.COMM_WORLD
     local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
@@ -97,6 +129,8 @@ def child(argv):
     for size in (int(float(s)) for s in args.sizes.split(",")):
         exchanges, levels = _exchanges(comm, size)
         for name, fn in exchanges:
+            if args.only not in name:
+                continue
             fn()                                 # connections and first-touch outside
             comm.Barrier()
             before = _link_bytes() if counts else None
@@ -117,11 +151,14 @@ def child(argv):
                 rows.append(dict(size=size, exchange=name, hosts=hosts,
                                  times=slowest.tolist()))
         levels.close()
+    if _live:
+        _live.pop("alg").stop(0)
+        _live.clear()
     if comm.rank == 0:
         common.save_json(args.out, dict(rows=rows, ranks=comm.size))
 
 
-def _launch(placement, out, sizes, reps, timeout=1800):
+def _launch(placement, out, sizes, reps, only="", timeout=1800):
     """The child across the hosts with this python's MPI (both launchers)."""
     spec = ",".join("%s:%d" % hp for hp in placement)
     n = sum(r for _, r in placement)
@@ -135,7 +172,7 @@ def _launch(placement, out, sizes, reps, timeout=1800):
                                                               "-u", os.path.abspath(__file__),
                                                               "--child", "--out", out,
                                                               "--sizes", sizes, "--reps",
-                                                              str(reps)]
+                                                              str(reps), "--only", only]
     env = cluster._env(common.child_env(dict(
         MPIEXEC=launcher, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1"),
         pin_blas=True))
@@ -143,7 +180,7 @@ def _launch(placement, out, sizes, reps, timeout=1800):
     return common.load_json(out)
 
 
-def run(quick=False, cluster_name=None):
+def run(quick=False, cluster_name=None, only=""):
     if os.geteuid() != 0:
         return cluster.skipped(TITLE, "namespace hosts need root (ip netns, unshare)")
     if cluster_name:
@@ -155,13 +192,32 @@ def run(quick=False, cluster_name=None):
         for count, per_host in LAYOUTS:
             load = common.load_average()[0]
             out = "cluster_hierarchy_%s_child.json" % flavour
-            data = _launch(cluster.layout(count, per_host), out, sizes, 2 if quick else REPS)
+            data = _launch(cluster.layout(count, per_host), out, sizes, 2 if quick else REPS,
+                           only)
             data.update(mpi=flavour, hosts=count, per_host=per_host,
                         load=[load, common.load_average()[0]])
+            for row in data["rows"]:
+                row["load"] = data["load"]      # rows merged by --only keep their own
             runs.append(data)
             print("   %s %dx%d done" % (flavour, count, per_host), flush=True)
+    if only and os.path.exists(common.result_path(_saved(flavour))):
+        runs = _merged(common.load_json(_saved(flavour))["runs"], runs)
     common.save_json(_saved(flavour), {"runs": runs, "quick": quick})
     return rerender()
+
+
+def _merged(saved, new):
+    """The saved runs with the new rows put in (replacing the same size and
+    exchange of the same layout), their rows in the order measured."""
+    key = (lambda r: (r["hosts"], r["per_host"]))
+    fresh = {key(r): r for r in new}
+    for r in saved:
+        more = fresh.get(key(r))
+        if more is not None:
+            got = {(x["size"], x["exchange"]) for x in more["rows"]}
+            r["rows"] = [x for x in r["rows"] if (x["size"], x["exchange"]) not in got]
+            r["rows"] += more["rows"]
+    return saved
 
 
 def report(runs):
@@ -177,7 +233,7 @@ def report(runs):
                          common.fmt_size(row["size"]), row["exchange"], common.fmt_bytes(sent),
                          common.fmt_bytes(received), "%.2fx" % (max(sent, received) / minimum),
                          common.fmt_time(common.median(row["times"])),
-                         "%.1f-%.1f" % tuple(r["load"])])
+                         "%.1f-%.1f" % tuple(row.get("load", r["load"]))])
     return common.Section(TITLE, "\n".join(_markdown(headers, rows)), _headlines(runs),
                           {"runs": runs})
 
@@ -206,7 +262,9 @@ def _markdown(headers, rows):
           "the MPI library's `Allreduce`, psgd's bsp `synchronize` (pipelined across "
           "hosts), the striped compressed sum (`psgd.compression`) and the same through "
           "`psgd.hierarchy` (`two-level`: summed into one leader per host over shared "
-          "memory, the exchange among the leaders, a broadcast inside the host). `sent` "
+          "memory, the exchange among the leaders, a broadcast inside the host), and "
+          "bmuf's compressed `synchronize` (count and sum) flat and two-level "
+          "(`PSGD_COMPRESSION_HIERARCHY=off` and `on`; auto picks two-level at 2 x 2). `sent` "
           "and `received`: bytes per sum on the busier host's link, from the host's own "
           "interface counters (exact, TCP/IP headers included); `vs minimum`: against "
           "2 (H-1)/H x 4 bytes x parameters, what a host-aware uncompressed allreduce "
@@ -230,6 +288,8 @@ def rerender():
 
 
 def _arguments(p):
+    p.add_argument("--only", default="", help="measure the exchanges whose name holds "
+                   "this text; keep the saved rows of the others")
     p.add_argument("--cluster-name", help="the namespace cluster's name (default: %s), "
                    "to run beside others' clusters" % cluster.NAME)
 

@@ -32,7 +32,7 @@ class Hierarchy:
         """Number of hosts (leaders); known on leaders only, else None."""
         return self.leaders.Get_size() if self.is_leader else None
 
-    def sum(self, array, inter_sum, totals=None):
+    def sum(self, array, inter_sum, totals=None, result=None):
         """array <- the sum of `array` over every rank of comm, in place:
         summed into the host's leader, `inter_sum(leaders, array)` on the
         leaders (it must leave the same sum on every leader), then
@@ -40,7 +40,9 @@ class Hierarchy:
         count, error flags) summed inside the host beside the data, handed
         on as `inter_sum(leaders, array, totals)` and broadcast back with
         the result, so what the leaders learn reaches every rank.
-        Collective over comm."""
+        `result`: where inter_sum leaves the sum, if not in `array` (the
+        compressed sum keeps its residual in `array`); it is what the
+        leaders broadcast. Collective over comm."""
         parts = [array] if totals is None else [array, totals]
         if self.local.Get_size() > 1:
             for part in parts:
@@ -51,10 +53,12 @@ class Hierarchy:
                     self.local.Reduce(buf, None, op=MPI.SUM, root=0)
         if self.is_leader:
             inter_sum(self.leaders, *parts)
+        if result is not None:
+            parts[0] = result
         if self.local.Get_size() > 1:
             for part in parts:
                 self.local.Bcast([part, mpi_type(part.dtype)], root=0)
-        return array
+        return array if result is None else result
 
     def close(self):
         """Frees the communicators (collective)."""

@@ -45,6 +45,11 @@ SETTINGS = {
         "server piece", COUNT, 1 << 18,
         meaning="elements per model message of the server algorithms (1 MB of float32); "
                 "0: one message"),
+    "PSGD_COMPRESSION_HIERARCHY": Setting(
+        "compression hierarchy", TEXT, "auto",
+        meaning="auto | on | off: the compressed sums in two levels (inside each host, then "
+                "among host leaders); auto: when the ranks span hosts and some host has "
+                "several (psgd/algorithms/two_level.py)"),
     # Where the arrays live and what carries them.
     "PSGD_BACKEND": Setting(
         "backend", TEXT, "auto", meaning="auto | numpy | cupy, when --backend is not given"),

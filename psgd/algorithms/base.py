@@ -280,6 +280,11 @@ class CollectiveWorker(Algorithm):
         if self.compressed is not None:
             self.compressed.zero()
 
+    def close(self):
+        if self.compressed is not None and self.comm is not None:
+            self.compressed.close()
+        super().close()
+
     def compression_state(self):
         """The residuals, for a subclass's state_dict."""
         return {} if self.compressed is None else self.compressed.state_dict()

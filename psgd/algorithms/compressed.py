@@ -13,6 +13,7 @@ import numpy as np
 from .. import kernels
 from ..compression import KINDS, StripedSum, quantizer
 from ..errors import UsageError
+from . import two_level
 from .option import Option, positive
 
 
@@ -44,12 +45,13 @@ def buffer_problem(options, buffer):
 
 class Compression:
     """One collective worker's compressed sums of its flat buffer: the
-    striped exchange, its residuals, and a scratch for the start point
-    (each allocated once)."""
+    striped exchange (in two levels across hosts: two_level.py), its
+    residuals, and a scratch for the start point (each allocated once)."""
 
     def __init__(self, comm, size, dtype, kind, block, start):
         self.kind, self.start = kind, start
-        self.striped = StripedSum(comm, size, dtype, quantizer(kind, block))
+        q = quantizer(kind, block)
+        self.striped = two_level.make(comm, size, dtype, q) or StripedSum(comm, size, dtype, q)
         self._scratch = None
 
     @property
@@ -98,6 +100,11 @@ class Compression:
 
     def load_state_dict(self, state):
         self.striped.feedback.load_state_dict(state)
+
+    def close(self):
+        """Collective: frees the host split of a two-level sum."""
+        if isinstance(self.striped, two_level.TwoLevelSum):
+            self.striped.close()
 
 
 class Push:

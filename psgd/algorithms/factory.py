@@ -10,7 +10,7 @@ from .. import agreement, mpi, nccl, settings
 from ..backend import array_module, off_device
 from ..buffers import FlatBuffer
 from ..errors import UsageError
-from . import compressed, lifecycle, tracing
+from . import compressed, lifecycle, tracing, two_level
 from .base import REGISTRY
 
 
@@ -38,7 +38,10 @@ def message_settings(server_based):
             settings.label("PSGD_MPI_PIPELINE_THRESHOLD"):
                 None if server_based else ("by the path" if threshold is None else threshold),
             settings.label("PSGD_MPI_SERVER_PIECE"):
-                settings.get("PSGD_MPI_SERVER_PIECE") if server_based else None}
+                settings.get("PSGD_MPI_SERVER_PIECE") if server_based else None,
+            # two levels or one: different communicator splits on two ranks hang
+            settings.label("PSGD_COMPRESSION_HIERARCHY"):
+                None if server_based else settings.get("PSGD_COMPRESSION_HIERARCHY")}
 
 
 def create(name, params, comm=None, grads=None, stats=None, servers=None, exchange=None,
@@ -78,6 +81,7 @@ def create(name, params, comm=None, grads=None, stats=None, servers=None, exchan
         problem = compressed.buffer_problem(resolved, buffer)
         if problem:
             raise UsageError(problem)
+        two_level.choice()      # a bad PSGD_COMPRESSION_HIERARCHY, before any exchange
         needs_grads = cls.needs_grads
         if needs_grads and grads is None:
             raise UsageError("%s averages gradients: pass grads= (arrays shaped like params)" % name)

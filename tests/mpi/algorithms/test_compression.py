@@ -8,47 +8,12 @@ import pytest
 
 import psgd
 from compression_replay import Replay
+from compression_schedule import (KINDS, OPTIONS, OUTER_LR, SHAPES, SIZE,
+                                  checkpoint_round_trip, counts, drive, initial, residuals, step)
 from psgd import kernels
 from psgd.errors import UsageError
 
 pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.timeout(120)]
-
-SHAPES = [(37, 11), (101,), (3, 5)]
-SIZE = sum(int(np.prod(s)) for s in SHAPES)
-KINDS = ["fp16", "bf16", "1bit"]
-OUTER_LR = 0.6
-
-
-def counts(k, size):
-    """Samples of rank k per block: uneven, rank 1 out of data early."""
-    blocks = 2 if k == 1 and size > 2 else 5
-    return [(5 * k + 3 * t) % 7 + 1 for t in range(blocks)]
-
-
-def step(k, t):
-    return (np.random.default_rng(100 * k + t).standard_normal(SIZE) * 0.1).astype(np.float32)
-
-
-def initial():
-    return [np.random.default_rng(7).standard_normal(s).astype(np.float32) for s in SHAPES]
-
-
-def drive(comm, name, syncs=None, **options):
-    """Train with the schedule; the flat model after every sync."""
-    k = comm.Get_rank()
-    sync = psgd.create(name, initial(), comm=comm, **options)
-    plan, seen = counts(k, comm.Get_size()), []
-    t = 0
-    while syncs is None or t < syncs:
-        n_k = plan[t] if t < len(plan) else 0
-        if n_k:
-            sync.buffer.data[...] += step(k, t)
-        if not sync.synchronize(n_k):
-            break
-        seen.append(sync.buffer.data.copy())
-        t += 1
-    return sync, seen
-
 
 def replay(name, size, kind, block):
     """The models every sync leaves, from the contract."""
@@ -89,9 +54,6 @@ def replay(name, size, kind, block):
         ws = [mean.copy() for _ in range(size)]
         out.append(mean)
         t += 1
-
-
-OPTIONS = {"bsp": {}, "bmuf": {}, "sod": {"outer": "sgd", "outer_lr": OUTER_LR}}
 
 
 def agree_bitwise(comm, seen):
@@ -136,32 +98,10 @@ def test_syncgrad_replays_the_contract(comm, kind):
     sync.close()
 
 
-def residuals(sync):
-    return {k: v for k, v in sync.state_dict().items() if k.startswith("residual")}
-
-
 @pytest.mark.parametrize("name", ["bsp", "bmuf", "sod"])
 def test_checkpoint_keeps_the_residuals_and_reset_to_zeroes_them(comm, name):
     options = dict(OPTIONS[name], compression="1bit", compression_block=32)
-    whole, seen = drive(comm, name, syncs=4, **options)
-    first, _ = drive(comm, name, syncs=2, **options)
-    state, model = first.state_dict(), [v.copy() for v in first.params]
-    assert any(np.abs(v).max() > 0 for v in residuals(first).values())
-    again = psgd.create(name, model, comm=comm, **options)
-    again.load_state_dict(state)
-    k = comm.Get_rank()
-    plan = counts(k, comm.Get_size())
-    for t in (2, 3):
-        n_k = plan[t] if t < len(plan) else 0
-        if n_k:
-            again.buffer.data[...] += step(k, t)
-        again.synchronize(n_k)
-    assert again.buffer.data.tobytes() == seen[3].tobytes()
-    again.reset_to(initial() if comm.Get_rank() == 0 else None)
-    assert all(not v.any() for v in residuals(again).values())
-    assert sorted(residuals(again)) == ["residual_owner", "residual_worker"]
-    for obj in (whole, first, again):
-        obj.close()
+    checkpoint_round_trip(comm, name, options, holds=True)
 
 
 def test_a_checkpoint_without_residuals_starts_them_at_zero(comm):

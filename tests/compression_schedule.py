@@ -1,0 +1,73 @@
+"""The training schedule the compressed-sum tests drive under mpirun and
+replay serially: uneven sample counts per rank, rank 1 out of data early."""
+import numpy as np
+
+import psgd
+
+KINDS = ["fp16", "bf16", "1bit"]
+SHAPES = [(37, 11), (101,), (3, 5)]
+SIZE = sum(int(np.prod(s)) for s in SHAPES)
+OUTER_LR = 0.6
+
+
+def counts(k, size):
+    """Samples of rank k per block: uneven, rank 1 out of data early."""
+    blocks = 2 if k == 1 and size > 2 else 5
+    return [(5 * k + 3 * t) % 7 + 1 for t in range(blocks)]
+
+
+def step(k, t):
+    return (np.random.default_rng(100 * k + t).standard_normal(SIZE) * 0.1).astype(np.float32)
+
+
+def initial():
+    return [np.random.default_rng(7).standard_normal(s).astype(np.float32) for s in SHAPES]
+
+
+def drive(comm, name, syncs=None, **options):
+    """Train with the schedule; the flat model after every sync."""
+    k = comm.Get_rank()
+    sync = psgd.create(name, initial(), comm=comm, **options)
+    plan, seen = counts(k, comm.Get_size()), []
+    t = 0
+    while syncs is None or t < syncs:
+        n_k = plan[t] if t < len(plan) else 0
+        if n_k:
+            sync.buffer.data[...] += step(k, t)
+        if not sync.synchronize(n_k):
+            break
+        seen.append(sync.buffer.data.copy())
+        t += 1
+    return sync, seen
+
+
+OPTIONS = {"bsp": {}, "bmuf": {}, "sod": {"outer": "sgd", "outer_lr": OUTER_LR}}
+
+
+def residuals(sync):
+    return {k: v for k, v in sync.state_dict().items() if k.startswith("residual")}
+
+
+def checkpoint_round_trip(comm, name, options, holds):
+    """4 syncs straight against 2, a resume from their checkpoint and 2
+    more: the same model. `holds`: whether this rank's checkpoint has a
+    residual that is not 0. Then reset_to zeroes the residuals."""
+    whole, seen = drive(comm, name, syncs=4, **options)
+    first, _ = drive(comm, name, syncs=2, **options)
+    state, model = first.state_dict(), [v.copy() for v in first.params]
+    assert any(v.any() for v in residuals(first).values()) == holds
+    again = psgd.create(name, model, comm=comm, **options)
+    again.load_state_dict(state)
+    k = comm.Get_rank()
+    plan = counts(k, comm.Get_size())
+    for t in (2, 3):
+        n_k = plan[t] if t < len(plan) else 0
+        if n_k:
+            again.buffer.data[...] += step(k, t)
+        again.synchronize(n_k)
+    assert again.buffer.data.tobytes() == seen[3].tobytes()
+    again.reset_to(initial() if comm.Get_rank() == 0 else None)
+    assert all(not v.any() for v in residuals(again).values())
+    assert sorted(residuals(again)) == ["residual_owner", "residual_worker"]
+    for obj in (whole, first, again):
+        obj.close()
