@@ -256,43 +256,10 @@ class Algorithm(mpi.Closeable):
         self.comm = None
 
 
-class CollectiveWorker(Algorithm):
+class CollectiveWorker(compressed.Compressing, Algorithm):
     """Every rank is a worker; one Allreduce of the counts opens each sync."""
 
     stopped = False
-    compression = "none"        # compressed.OPTIONS, where a subclass declares them
-
-    def __init__(self, comm, buffer, *args, **kwargs):
-        super().__init__(comm, buffer, *args, **kwargs)
-        self.compressed = compressed.make(comm, self.compressed_size(), buffer.dtype,
-                                          self.options)
-
-    def compressed_size(self):
-        """Elements of the sums that are compressed (syncgrad's: the gradients)."""
-        return self.buffer.size
-
-    def compressing(self):
-        """Whether this sync's sum is compressed (compression_start syncs are not)."""
-        return self.compressed is not None and self.compressed.applies(self.syncs)
-
-    def reset_to(self, params=None):
-        super().reset_to(params)
-        if self.compressed is not None:
-            self.compressed.zero()
-
-    def close(self):
-        if self.compressed is not None and self.comm is not None:
-            self.compressed.close()
-        super().close()
-
-    def compression_state(self):
-        """The residuals, for a subclass's state_dict."""
-        return {} if self.compressed is None else self.compressed.state_dict()
-
-    def _load_state(self, state):
-        if self.compressed is not None:
-            self.compressed.load_state_dict(state)
-
     @property
     def stats(self):
         """Views of the statistics passed as stats= (averaged at every sync)."""
