@@ -49,13 +49,22 @@ def test_the_large_batch_rate_warms_up_and_can_be_turned_off(tmp_path):
 
 
 def test_asgd_below_6_workers_takes_a_local_momentum_of_one_half(tmp_path):
-    r = psgd_train(5, "--algo", "asgd", "--epochs", "1", *QUICK)
+    r = psgd_train(4, "--algo", "asgd", "--epochs", "1", *QUICK)
     assert r.returncode == 0, r.stderr
-    assert "adam lr 0.001 beta1 0.5\n" in r.stdout      # rate / sqrt(4 workers)
-    r = psgd_train(5, "--algo", "asgd", "--epochs", "1", *QUICK, "--momentum", "0.8",
+    assert "adam lr 0.0011547 beta1 0.5\n" in r.stdout      # rate / sqrt(3 workers)
+    r = psgd_train(4, "--algo", "asgd", "--epochs", "1", *QUICK, "--momentum", "0.8",
                    "--optimizer", "nesterov")
     assert r.returncode == 0, r.stderr
-    assert "nesterov lr 0.01 momentum 0.8\n" in r.stdout
+    assert "nesterov lr 0.011547 momentum 0.8\n" in r.stdout
+
+
+def test_asgd_at_4_workers_adds_the_mean_delta_at_bsps_rate(tmp_path):
+    """The exception to the rule above (docs/algorithms.md, the trainer's
+    defaults by N): at 4 workers the sum of the deltas collapsed."""
+    r = psgd_train(5, "--algo", "asgd", "--epochs", "1", *QUICK)
+    assert r.returncode == 0, r.stderr
+    assert ("adam lr 0.006 beta1 0.9 (linear to 3x, then square-root rule: x3.00 for 4 "
+            "workers, reached after 0 warm-up epochs)") in r.stdout
 
 
 def test_a_momentum_for_an_optimizer_without_one_is_an_error():
