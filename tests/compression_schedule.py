@@ -24,6 +24,30 @@ def initial():
     return [np.random.default_rng(7).standard_normal(s).astype(np.float32) for s in SHAPES]
 
 
+def replay_syncs(size):
+    """The serial side of drive(): per sync, (ns, ws) with every rank's count
+    and its model after its local steps; the replay sets ws[:] to the model
+    the sync leaves before asking for the next."""
+    flat = np.concatenate([a.ravel() for a in initial()])
+    ws = [flat.copy() for _ in range(size)]
+    plans = [counts(k, size) for k in range(size)]
+    t = 0
+    while True:
+        ns = [p[t] if t < len(p) else 0 for p in plans]
+        if not sum(ns):
+            return
+        for k in range(size):
+            if ns[k]:
+                ws[k] = ws[k] + step(k, t)
+        yield ns, ws
+        t += 1
+
+
+def agree_bitwise(comm, seen):
+    everyone = comm.allgather(b"".join(w.tobytes() for w in seen))
+    assert len(set(everyone)) == 1
+
+
 def drive(comm, name, syncs=None, **options):
     """Train with the schedule; the flat model after every sync."""
     k = comm.Get_rank()

@@ -8,8 +8,9 @@ import pytest
 
 import psgd
 from compression_replay import Replay
-from compression_schedule import (KINDS, OPTIONS, OUTER_LR, SHAPES, SIZE,
-                                  checkpoint_round_trip, counts, drive, initial, residuals, step)
+from compression_schedule import (KINDS, OPTIONS, OUTER_LR, SHAPES, SIZE, agree_bitwise,
+                                  checkpoint_round_trip, counts, drive, initial, replay_syncs,
+                                  residuals, step)
 from psgd import kernels
 from psgd.errors import UsageError
 
@@ -19,18 +20,10 @@ def replay(name, size, kind, block):
     """The models every sync leaves, from the contract."""
     r = Replay(kind, size, SIZE, np.float32, block)
     flat = np.concatenate([a.ravel() for a in initial()])
-    ws = [flat.copy() for _ in range(size)]
     w_g, D, start = flat.copy(), np.zeros_like(flat), 0.0
     eta = 1.0 - 1.0 / size
-    plans = [counts(k, size) for k in range(size)]
-    out, t = [], 0
-    while True:
-        ns = [p[t] if t < len(p) else 0 for p in plans]
-        if not sum(ns):
-            return out
-        for k in range(size):
-            if ns[k]:
-                ws[k] = ws[k] + step(k, t)
+    out = []
+    for ns, ws in replay_syncs(size):
         if name == "bmuf":
             s = w_g + np.float32(start) * D
         else:
@@ -51,14 +44,9 @@ def replay(name, size, kind, block):
             w_g = w_g.copy()
             kernels.axpy(w_g, -OUTER_LR, g)
             mean = w_g.copy()
-        ws = [mean.copy() for _ in range(size)]
+        ws[:] = [mean.copy() for _ in range(size)]
         out.append(mean)
-        t += 1
-
-
-def agree_bitwise(comm, seen):
-    everyone = comm.allgather(b"".join(w.tobytes() for w in seen))
-    assert len(set(everyone)) == 1
+    return out
 
 
 @pytest.mark.parametrize("name", ["bsp", "bmuf", "sod"])

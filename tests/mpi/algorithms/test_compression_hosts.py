@@ -10,8 +10,8 @@ import pytest
 
 import psgd
 from compression_replay import Replay
-from compression_schedule import (OPTIONS, SHAPES, SIZE, checkpoint_round_trip, counts, drive,
-                                  initial, step)
+from compression_schedule import (OPTIONS, SHAPES, SIZE, agree_bitwise, checkpoint_round_trip,
+                                  counts, drive, initial, replay_syncs, step)
 from psgd import hierarchy, kernels, settings
 from psgd.algorithms import two_level
 
@@ -45,16 +45,8 @@ def replay(name, size, split, kind, block):
     groups = host_list(split, size)
     r = Replay(kind, len(groups), SIZE, np.float32, block)
     flat = np.concatenate([a.ravel() for a in initial()])
-    ws = [flat.copy() for _ in range(size)]
-    plans = [counts(k, size) for k in range(size)]
-    out, t = [], 0
-    while True:
-        ns = [p[t] if t < len(p) else 0 for p in plans]
-        if not sum(ns):
-            return out
-        for k in range(size):
-            if ns[k]:
-                ws[k] = ws[k] + step(k, t)
+    out = []
+    for ns, ws in replay_syncs(size):
         s = out[-1] if out else flat
         for h, ranks in enumerate(groups):
             for k in ranks:
@@ -62,14 +54,9 @@ def replay(name, size, split, kind, block):
                 c *= np.float32(ns[k] / sum(ns))
                 r.e[h] += c
         mean = r.sum() + s
-        ws = [mean.copy() for _ in range(size)]
+        ws[:] = [mean.copy() for _ in range(size)]
         out.append(mean)
-        t += 1
-
-
-def agree_bitwise(comm, seen):
-    everyone = comm.allgather(b"".join(w.tobytes() for w in seen))
-    assert len(set(everyone)) == 1
+    return out
 
 
 @pytest.mark.parametrize("hosts", list(SPLITS), indirect=True)
