@@ -110,13 +110,19 @@ def abort_on_error(comm=None):
             if settings.get("PSGD_TRACEBACK"):
                 previous(kind, value, tb)
             sys.stderr.write("psgd: rank %d failed: %s: %s\n" % (comm.rank, kind.__name__, value))
-        sys.stderr.flush()
-        # The launcher forwards a rank's output asynchronously: an immediate
-        # MPI_Abort lost this rank's own line on a loaded machine. A collective
-        # error (raised on every rank) also gives the rank that knows why the
-        # moment to say it before this rank's Abort takes the job down.
-        time.sleep(ABORT_GRACE)
-        comm.Abort(1)
+        abort(1, comm)
 
     sys.excepthook = hook
     return hook
+
+
+def abort(code, comm=None):
+    """End the whole job with exit status `code` after this rank's last line
+    has had time to reach the launcher."""
+    sys.stderr.flush()
+    # The launcher forwards a rank's output asynchronously: an immediate
+    # MPI_Abort lost this rank's own line on a loaded machine. A collective
+    # error (raised on every rank) also gives the rank that knows why the
+    # moment to say it before this rank's Abort takes the job down.
+    time.sleep(ABORT_GRACE)
+    (comm if comm is not None else MPI.COMM_WORLD).Abort(code)

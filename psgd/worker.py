@@ -64,8 +64,7 @@ def main(argv=None):
             return 2
         # Only this rank knows: say so and take the job down with it.
         sys.stderr.write("%s: error: rank %d: %s\n" % (PROG, MPI.COMM_WORLD.Get_rank(), exc))
-        sys.stderr.flush()
-        MPI.COMM_WORLD.Abort(2)
+        agreement.abort(2)
     except KeyboardInterrupt:
         MPI.COMM_WORLD.Abort(130)
     return 0

@@ -16,12 +16,11 @@ import atexit
 import itertools
 import os
 import sys
-import time
 import weakref
 
 from mpi4py import MPI
 
-from ..agreement import ABORT_GRACE
+from ..agreement import abort
 
 _live = weakref.WeakSet()
 _order = itertools.count()
@@ -61,9 +60,7 @@ def _at_exit():
                              "for ever\n" % (rank, what if action == "abort" else
                                              "an uncaught exception ended this rank with its "
                                              "%s algorithm not stopped" % obj.name))
-            sys.stderr.flush()
-            time.sleep(ABORT_GRACE)  # the launcher forwards the line before Abort kills us
-            MPI.COMM_WORLD.Abort(1)
+            abort(1)
             os._exit(1)     # an Abort from an exit handler may return (MPICH)
         sys.stderr.write("psgd: warning: rank %d: %s; stopped at exit so that the other ranks "
                          "do not wait for it\n" % (rank, what))
