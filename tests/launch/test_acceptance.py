@@ -42,10 +42,10 @@ def one_worker(tmp_path_factory):
 # 1.4: the large-batch rule's x3 from 3 workers; with sqrt(N) both were
 # 95.1%, but 1.1 / 1.4 points behind at 4 workers over seeds 1-3), sod 95.3%,
 # bmuf 94.9% (1.2); easgd 93.5-95.3% in 19 runs, 9 of them beside two busy
-# loops (up to 2.6: its update order depends on timing), asgd 94.0-95.4% in
-# six runs on a quiet machine and six beside two busy loops (up to 2.1; with
-# a local momentum of 0.9 and the rate / 4 it measured 85.1-92.8% and once
-# failed CI at 86.2%), masgd 91.5-93.4% in six runs on a quiet machine and
+# loops (up to 2.6: its update order depends on timing), asgd (the mean delta
+# at x2) 94.4-95.7% in six runs beside two busy loops (at x3 90.7-95.2%, and
+# CI failed once at a median of 92.1%; with a local momentum of 0.9 and the
+# rate / 4 it measured 85.1-92.8% and once failed CI at 86.2%), masgd 91.5-93.4% in six runs on a quiet machine and
 # six beside two busy loops (4.6 at most). BENCHMARKS.md has the gaps over
 # seeds and why masgd's stays open.
 # syncgrad's one run moves by a point with the rounding of its sum: when its

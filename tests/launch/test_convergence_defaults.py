@@ -58,12 +58,12 @@ def test_asgd_below_6_workers_takes_a_local_momentum_of_one_half(tmp_path):
     assert "nesterov lr 0.011547 momentum 0.8\n" in r.stdout
 
 
-def test_asgd_at_4_workers_adds_the_mean_delta_at_bsps_rate(tmp_path):
+def test_asgd_at_4_workers_adds_the_mean_delta_at_the_square_root_rate(tmp_path):
     """The exception to the rule above (docs/algorithms.md, the trainer's
     defaults by N): at 4 workers the sum of the deltas collapsed."""
     r = psgd_train(5, "--algo", "asgd", "--epochs", "1", *QUICK)
     assert r.returncode == 0, r.stderr
-    assert ("adam lr 0.006 beta1 0.9 (linear to 3x, then square-root rule: x3.00 for 4 "
+    assert ("adam lr 0.004 beta1 0.9 (square-root rule: x2.00 for 4 "
             "workers, reached after 0 warm-up epochs)") in r.stdout
 
 

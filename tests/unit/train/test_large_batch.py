@@ -28,7 +28,7 @@ def test_warmup_ramps_from_above_the_one_worker_rate_to_the_scaled_rate():
 
 
 @pytest.mark.parametrize("algo,k", [("bsp", 3.0), ("sod", 2.0), ("easgd", 3.0),
-                                    ("syncgrad", 3.0), ("asgd", 3.0)])
+                                    ("syncgrad", 3.0), ("asgd", 2.0)])
 def test_which_algorithms_scale_and_the_flag_that_turns_it_off(algo, k):
     assert lr_scale(make_config(algo=algo), 4) == k
     assert lr_scale(make_config(algo=algo, lr_scaling=False), 4) == 1.0
@@ -89,7 +89,7 @@ def test_asgd_adds_the_mean_delta_at_the_large_batch_rate_at_4_workers():
     asgd = make_config(algo="asgd")
     assert [algorithm_options_of(asgd, n).get("alpha") for n in (1, 2, 4, 5, 6, 8)] == [
         None, None, 0.25, None, None, None]
-    assert [lr_scale(asgd, n) for n in (1, 2, 4, 5, 6, 8)] == [1.0, 1.0, 3.0, 1.0, 1.0, 1.0]
+    assert [lr_scale(asgd, n) for n in (1, 2, 4, 5, 6, 8)] == [1.0, 1.0, 2.0, 1.0, 1.0, 1.0]
     assert warmup_epochs(asgd) == 0
     assert algorithm_options_of(make_config(algo="asgd", alpha=1.0), 4)["alpha"] == 1.0
 
