@@ -18,12 +18,10 @@ def trainer_defaults(algo, num_workers, outer=None):
     are what the convergence benchmark measured best with the trainer's data
     and models (MNIST-1D CNN, Adam, 30 epochs, BENCHMARKS.md):
     - easgd alpha = max(0.9 / N, 0.3): the paper's beta = N * alpha = 0.9
-      pulls each worker to the center too weakly from N = 4 on; at 8 workers
-      alpha 0.11 -> 0.3 took 93.1% -> 94.8% (with the large-batch rate).
+      pulls each worker to the center too weakly from N = 4 on.
     - bmuf block_momentum = BMUF_MOMENTUM: see there; reset_local_state off:
-      clearing Adam's moments every 4-minibatch block cost 4 points even at
-      one worker (96.5% -> 92.5%, seed 1), and never helped (5 workers, seed
-      777: 89.5% -> 90.4% kept; 8 workers, seed 1: 94.1% -> 94.4%).
+      clearing Adam's moments every 4-minibatch block cost points even at
+      one worker and never helped.
     - sod outer_lr = SOD_OUTER_LR(N) with its default Nesterov outer step
       (`outer`: the user's --outer, None for the default): see there.
     - asgd/masgd staleness_compensation = STALENESS_COMPENSATION: see there."""
@@ -43,13 +41,9 @@ def trainer_defaults(algo, num_workers, outer=None):
     return {}
 
 
-# masgd: from MASGD_DELAYED_FROM workers the trainer takes the delayed Nesterov
-# update (D = N) and asgd's 4-minibatch blocks: the server momentum applied on
-# every stale delta wanted 32-minibatch blocks and still trailed one worker.
-# MNIST-1D, 30 epochs, final held-out accuracy, mean over seeds (one worker
-# 95.4% on seeds 1-3, 94.4% on 4-6, 95.8% on 1-2), default -> delayed: at 4
-# workers seeds 1-3 93.0 -> 94.4%, held-out seeds 4-6 93.8 -> 94.5%; at 8
-# workers seeds 1-2 89.2 -> 92.1% (BENCHMARKS.md, issue 31).
+# masgd: from MASGD_DELAYED_FROM workers the delayed Nesterov update (D = N)
+# with asgd's 4-minibatch blocks: the server momentum applied on every stale
+# delta wanted 32-minibatch blocks and still trailed one worker.
 MASGD_DELAYED_FROM = 4
 
 
@@ -59,24 +53,9 @@ def masgd_delayed(num_workers, given=None):
     return given if given is not None else num_workers >= MASGD_DELAYED_FROM
 
 
-# bmuf: eta = min(1 - 1/N, 0.5), i.e. 0.5 from 2 workers on, where CNTK's
-# 1 - 1/N (the block step N times the mean delta) grows with N; and from
-# BMUF_RATE_FROM workers the local rate times max(2, N / 4) (bmuf_lr_factor).
-# Gap to one worker, mean of seeds 1-3, in points:
-#   MNIST-1D at 3 / 4 / 5 / 6 / 7 / 9 workers: eta 1 - 1/N at the local rate
-#   -0.2 / 0.8 / 2.5 / 4.2 / 14.6 / - (at 7 workers seed 1 ended at 73%); eta
-#   0.5 at the local rate 0.6 / 0.6 at 3 / 4 (eta 0.6 at 4: 0.5); eta 0.5 with
-#   the rate x2 - / 2.0 / -0.3 / 0.5 / 2.9 / 3.0; with x N/4 - / - / 0.5 /
-#   1.3 / 2.3 / 1.6 (at 7: x1.5 3.1, eta 0.6 x1.5 3.3).
-#   Kaldi corpus (benchmarks/convergence.py, 5 epochs) at 3 / 4 workers: eta
-#   1 - 1/N 1.5 / 2.0, eta 0.5 0.5 / 0.3 (eta 0.6 at 4: 0.8); so eta 0.5 from
-#   3 workers on (at 2, 1 - 1/N is 0.5), where MNIST-1D is within its seed
-#   noise either way.
-# Earlier, at 8 workers, seeds 1 / 2 (one worker 96.5 / 95.1%): eta 0.875
-# 92.8 / 89.0%; eta 0.5 with lr x2 94.1 / 93.8%. Tried and worse at seed 1:
-# eta 0.75 (92.7%; with lr x2 90.0%), eta 0.5 at lr (91.7%), eta 0.875 with
-# lr x2 (92.0%), eta 0.5 with lr x2.8 (92.4%, with warm-up 91.8%), eta 0.5
-# with block_lr 2 instead of the local rate (49.8 / 59.2%).
+# bmuf: eta = min(1 - 1/N, 0.5), where CNTK's 1 - 1/N (the block step N times
+# the mean delta) overshoots as N grows; from BMUF_RATE_FROM workers the
+# local rate x max(2, N / 4) makes up the smaller block step.
 BMUF_RATE_FROM = 5
 
 
@@ -89,14 +68,8 @@ def bmuf_lr_factor(N):
 
 
 # sod: the outer Nesterov step (momentum 0.9) multiplies a steady block delta
-# by up to outer_lr / (1 - 0.9) = 7 at the algorithm's own 0.7, which suits the
-# averaged delta of 4 and more workers but overshoots with fewer. So the
-# trainer takes 0.7 * min(1, N / 4). Gap to one plain worker, mean of seeds
-# 1-3, in points, MNIST-1D / Kaldi corpus: at 1 worker 0.7: 1.4 / 2.7, 0.175:
-# -0.2 / -0.1 (0.35: -1.3 / 0.7); at 2 workers 0.7: 0.6 / 2.3, 0.35: -0.7 /
-# 0.7 (Kaldi 0.5: 1.0; outer momentum 0.8: 1.6); at 3 workers 0.7: -0.6 /
-# 2.6, 0.525: 0.3 / 1.2. At 4 and 8 workers 0.7 meets the goal on both
-# (BENCHMARKS.md).
+# by up to outer_lr / (1 - 0.9), which suits the averaged delta of 4 or more
+# workers but overshoots with fewer: 0.7 * min(1, N / 4).
 def SOD_OUTER_LR(N):
     return 0.7 * min(1.0, N / 4.0)
 
@@ -194,29 +167,12 @@ ASYNC_LOCAL_MOMENTUM = 0.5
 ASGD_DC_FROM = 6
 
 
-# The large-batch rule (large_batch.py) by algorithm, measured on MNIST-1D at
-# 8 workers (30 epochs, seed 1, Adam: sqrt(8) = 2.83x): bsp 90.2% -> 93.8%,
-# easgd 88.1% -> 91.8%, sod 94.2% -> 94.6%, and with the 2-epoch warm-up bsp
-# 95.4%. syncgrad, over seeds 1-3 (one worker 96.5 / 95.1 / 94.7%): gap to one
-# worker at 2 / 4 / 8 workers 1.2 / 1.3 / 2.4 points at the one-worker rate,
-# 0.3 / 1.4 / 0.8 scaled with the warm-up (BENCHMARKS.md; at 3 / 5 / 9
-# workers 0.3 / 0.7 / 1.0). Seed 1 alone had shown no gain (94.7% -> 94.3%),
-# the reason it was once left out. Not for bmuf (its block
-# momentum 1 - 1/N already multiplies the block step by N: 92.8% -> 92.2%
-# scaled; bmuf_lr_factor has its own rule) or the asgd family (their rates are
-# set for the staleness, default_lr).
-#
-# For adaptive optimizers bsp, easgd and syncgrad start linear (x2 at 2
-# workers, x3 from 3 to 9, then sqrt(N): large_batch.scale_factor). At 4
-# workers sqrt(4) = 2 left them 1.1 / 1.0 / 1.4 points behind one worker on
-# MNIST-1D; with x3 the grid (BENCHMARKS.md, seeds 1-3) has 0.5 / -0.2 / -0.7
-# there, and the Kaldi corpus 0.1 / -0.2 / 0.9 (was -0.3 / -0.2 / 0.1). At 8
-# workers x3 and x2.83 are about the same rate (grid: MNIST-1D 1.0 / 1.8 /
-# 0.7, Kaldi -0.4 / 0.1 / 0.6); x4.24 was worse (syncgrad 0.8 -> 1.4). Sweeps
-# with the rate given as --lr: at 5 workers bsp / syncgrad 0.5 / 0.7 -> 0.0
-# / -0.5; at 2 workers bsp 0.4 -> 0.5, easgd 0.8 -> 0.6. sod keeps sqrt(N):
-# its outer step amplifies the rate, and x3 at 4 workers cost it 0.4 points
-# on the Kaldi corpus (0.9 -> 1.3).
+# The large-batch rule (large_batch.py) by algorithm: not for bmuf (its block
+# step has its own factor, bmuf_lr_factor) nor the asgd family (their rates
+# are set for the staleness, default_lr; asgd_mean aside). For adaptive
+# optimizers bsp, easgd and syncgrad start linear (x2 at 2 workers, x3 from
+# 3 to 9, then sqrt(N)): sqrt(4) = 2 left them about a point behind one
+# worker at 4; sod keeps sqrt(N), as its outer step amplifies the rate.
 LR_SCALED = ("bsp", "easgd", "sod", "syncgrad")
 LINEAR_START = ("bsp", "easgd", "syncgrad")
 WARMUP_EPOCHS = 2
@@ -241,20 +197,18 @@ def lr_rule_name(args):
 
 
 def warmup_epochs(args):
-    """bmuf's factor was measured without a warm-up (with one: 91.8%), and
-    asgd's (asgd_mean; elsewhere its factor is 1) too."""
+    """bmuf's factor was measured without a warm-up (with one it did worse),
+    and asgd's (asgd_mean; elsewhere its factor is 1) too."""
     if args.warmup_epochs is not None:
         return args.warmup_epochs
     return 0 if args.algo in ("bmuf", "asgd") else WARMUP_EPOCHS
 
 
 def default_sync_period(args, num_workers):
-    """Minibatches per block, by algorithm (measured on MNIST-1D at np 5):
-    sod's outer Nesterov step (lr 0.7, momentum 0.9) amplifies every block,
-    so it wants DiLoCo-like long blocks: 69% with 4 minibatches, 95% with 16;
-    masgd's server momentum on every delta smears each one over the worker's
-    later syncs: 18-44% with 4, 69-82% with 16, 84-90% with 32 (with the
-    delayed update, 4: see MASGD_DELAYED_FROM). Others: 4."""
+    """Minibatches per block, by algorithm: sod's outer Nesterov step
+    amplifies every block, so it wants DiLoCo-like long blocks; masgd's
+    server momentum on every delta smears each one over the worker's later
+    syncs, unless it runs the delayed update (MASGD_DELAYED_FROM). Others: 4."""
     blocks = {"sod": 16, "masgd": 32}.get(args.algo, 4)
     if args.algo == "masgd" and masgd_delayed(num_workers, args.masgd_delayed_nesterov):
         blocks = 4
