@@ -42,28 +42,86 @@ class _TwoBytes:
 
 
 class Fp16(_TwoBytes):
+    """IEEE half precision, rounded to nearest even. The conversions are
+    integer passes over the float32 bits: NumPy's own float16 cast takes a
+    slow path for values below fp16's normal range, where error-fed
+    gradients live (30-45x slower there than here)."""
     name = "fp16"
 
     def encode(self, u, wire):
         """Q(u) into wire, u <- u - D(Q(u)); False when a value overflowed."""
-        half, ok = wire[:2 * u.size].view(np.float16), True
-        scratch = np.empty(min(u.size, BLOCK), np.float32)
+        half, ok = wire[:2 * u.size].view(np.uint16), True
+        n = min(u.size, BLOCK)
+        f32, a, b, c = np.empty(n, np.float32), *(np.empty(n, np.uint32) for _ in range(3))
         with np.errstate(over="ignore", invalid="ignore"):
             for lo, hi in _blocks(u.size):
-                h = half[lo:hi]
-                np.copyto(h, _as_float32(u[lo:hi], scratch), casting="same_kind")
-                # all exponent bits set: an inf or a NaN (isfinite on half is slow)
-                ok = ok and not ((h.view(np.uint16) & 0x7C00) == 0x7C00).any()
-                u[lo:hi] -= h
+                k = hi - lo
+                x = _as_float32(u[lo:hi], f32)
+                bits = _to_half_bits(x.view(np.uint32), a[:k], b[:k], c[:k])
+                # all exponent bits set: an inf or a NaN
+                ok = ok and not ((bits & 0x7C00) == 0x7C00).any()
+                np.copyto(half[lo:hi], bits, casting="unsafe")
+                u[lo:hi] -= _from_half_bits(bits, b[:k], c[:k]).view(np.float32)
         return ok
 
     def decode(self, wire, out, add=False):
-        half = wire[:2 * out.size].view(np.float16)
-        if add:
-            for lo, hi in _blocks(out.size):
-                out[lo:hi] += half[lo:hi]
-        else:
-            np.copyto(out, half, casting="safe")
+        half = wire[:2 * out.size].view(np.uint16)
+        n = min(out.size, BLOCK)
+        a, b, c = (np.empty(n, np.uint32) for _ in range(3))
+        for lo, hi in _blocks(out.size):
+            k = hi - lo
+            np.copyto(a[:k], half[lo:hi], casting="safe")
+            value = _from_half_bits(a[:k], b[:k], c[:k]).view(np.float32)
+            if add:
+                out[lo:hi] += value
+            else:
+                np.copyto(out[lo:hi], value, casting="safe")
+
+
+# float32 <-> float16 on the bits (F. Giesen's branch-free method, as masks)
+_ABS32 = np.uint32(0x7FFFFFFF)
+_REBIAS = np.uint32((((15 - 127) << 23) + 0xFFF) & 0xFFFFFFFF)    # exponent and half an ulp
+_DENORM = np.uint32(((127 - 15) + (23 - 10) + 1) << 23)   # adding 2^-1 aligns fp16's subnormals
+_HALF_NORMAL_MIN = np.uint32(113 << 23)                  # 2^-14 as float32 bits
+_HALF_OVERFLOW = np.uint32((127 + 16) << 23)             # 2^16: inf once rounded
+_INF32 = np.uint32(0x7F800000)
+
+
+def _to_half_bits(bits, out, f, t):
+    """The fp16 bits of float32 `bits` into `out` (uint32), rounded to
+    nearest even; f and t are scratch of the same size."""
+    np.bitwise_and(bits, _ABS32, out=f)
+    np.right_shift(f, 13, out=out)        # the lowest kept mantissa bit: ties to even
+    out &= 1
+    out += _REBIAS
+    out += f
+    out >>= 13
+    np.add(f.view(np.float32), _DENORM.view(np.float32), out=t.view(np.float32))
+    t -= _DENORM
+    np.copyto(out, t, where=f < _HALF_NORMAL_MIN)
+    np.copyto(out, 0x7C00, where=f >= _HALF_OVERFLOW)
+    np.copyto(out, 0x7E00, where=f > _INF32)
+    np.right_shift(bits, 16, out=t)
+    t &= 0x8000
+    out |= t
+    return out
+
+
+def _from_half_bits(h, out, t):
+    """The float32 bits of fp16 bits `h` (uint32) into `out`; t is scratch."""
+    np.bitwise_and(h, 0x7FFF, out=out)
+    out <<= 13
+    np.bitwise_and(out, np.uint32(0x7C00 << 13), out=t)      # the exponent
+    out += np.uint32((127 - 15) << 23)
+    np.add(out, np.uint32((128 - 16) << 23), out=out, where=t == np.uint32(0x7C00 << 13))
+    sub = t == 0
+    np.add(out, np.uint32(1 << 23), out=out, where=sub)
+    np.subtract(out.view(np.float32), _HALF_NORMAL_MIN.view(np.float32), out=out.view(np.float32),
+                where=sub)
+    np.bitwise_and(h, 0x8000, out=t)
+    t <<= 16
+    out |= t
+    return out
 
 
 class Bf16(_TwoBytes):

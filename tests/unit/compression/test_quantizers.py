@@ -55,6 +55,31 @@ def test_fp16_rounds_to_nearest_even_and_keeps_the_residual(dtype):
     assert (residual == u - decoded).all()
 
 
+def test_fp16_is_numpys_cast_bit_for_bit_in_every_range():
+    """psgd converts on the bits (NumPy's cast is slow below fp16's normal
+    range): every finite float32 that fits, subnormal halves and ties
+    included, encodes to NumPy's bits, and every half decodes to NumPy's."""
+    rng = np.random.default_rng(2)
+    u = np.concatenate([rng.standard_normal(20000) * scale for scale in
+                        (1e-9, 1e-7, 3e-6, 1e-4, 1, 300, 3e4)] +
+                       [[0.0, -0.0, 65504, 65519.99, 2 ** -14, 2 ** -24, 2 ** -25,
+                         3 * 2 ** -26, 1e-45]]).astype(np.float32)
+    bits = rng.integers(0, 2 ** 32, 50000, dtype=np.uint64).astype(np.uint32)
+    noise = bits.view(np.float32)
+    u = np.concatenate([u, noise[np.isfinite(noise)]])
+    u = u[np.abs(u) <= 65504]
+    wire, residual, decoded, ok = encode("fp16", u)
+    assert ok
+    assert (wire.view(np.uint16) == u.astype(np.float16).view(np.uint16)).all()
+    assert (residual == u - decoded).all()
+    every_half = np.arange(2 ** 16, dtype=np.uint32).astype(np.uint16)
+    finite = np.isfinite(every_half.view(np.float16))
+    out = np.empty(finite.sum(), np.float32)
+    quantizer("fp16").decode(every_half[finite].view(np.uint8), out)
+    assert (out.view(np.uint32) ==
+            every_half[finite].view(np.float16).astype(np.float32).view(np.uint32)).all()
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_bf16_follows_the_bit_formula(dtype):
     rng = np.random.default_rng(2)
