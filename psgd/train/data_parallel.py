@@ -19,7 +19,7 @@ from . import checkpoint as ckpt
 from . import resize
 from . import whole_model
 from .faults import FiniteGuard
-from .metrics import ServerTotals, kaldi_log
+from .metrics import ServerTotals, kaldi_log, short
 
 
 class DataParallel:
@@ -81,6 +81,15 @@ class DataParallel:
 
     def title(self):
         return self.config.run.algo
+
+    def choices(self):
+        """The log line of what the trainer chose for N (config.resolve): the
+        block size and the algorithm options it sets (or the user gave)."""
+        algorithm = self.config.algorithm
+        parts = ["a sync every minibatch" if self.gradients_averaged else
+                 "a sync every %d samples" % algorithm.sync_period]
+        parts += ["%s %s" % (k, short(v)) for k, v in sorted(algorithm.options.items())]
+        return "%s for %d workers: %s" % (self.title(), self.num_workers, ", ".join(parts))
 
     # the epoch -----------------------------------------------------------------------
     def begin_epoch(self, epoch, first, lr):

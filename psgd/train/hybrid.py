@@ -109,6 +109,10 @@ class ModelParallel:
     def title(self):
         return "hybrid data/model parallel"
 
+    def choices(self):
+        """No algorithm, no block: nothing chosen for N but the rate."""
+        return None
+
     # training ----------------------------------------------------------------------------
     def begin_epoch(self, epoch, first, lr):
         """The epoch's rate; no synchronization algorithm to open a round of."""

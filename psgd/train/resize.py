@@ -17,6 +17,7 @@ from ..errors import UsageError
 from ..nnet.optimizers import OPTIMIZERS, momentum_option
 from . import checkpoint as ckpt
 from .defaults import default_lr, local_momentum, lr_scale
+from .metrics import short
 from .roles import server_count
 
 
@@ -180,7 +181,7 @@ def log_lines(layout, sync, algorithm, averaged, changes):
         "restarts (moments at zero, step count 0): it was each worker's own"))
     lines.append("resume: the data is sharded again for %d workers; defaults for %d workers: %s"
                  % (layout.workers, layout.workers, ", ".join(
-                     "%s %s -> %s" % (name, _short(old), _short(new))
+                     "%s %s -> %s" % (name, short(old), short(new))
                      for name, old, new in changes) or "none changed"))
     return lines
 
@@ -188,7 +189,3 @@ def log_lines(layout, sync, algorithm, averaged, changes):
 def option_changes(old_options, new_options):
     return [(k, old_options[k], v) for k, v in sorted(new_options.items())
             if k in old_options and old_options[k] != v]
-
-
-def _short(value):
-    return "%.4g" % value if isinstance(value, float) else str(value)

@@ -140,6 +140,9 @@ class Trainer(mpi.Closeable):
     def _announce(self):
         d, opt = self.data, self.config.optimizer
         kaldi_log(self.parallel.announcement(d, self.backend), "setup")
+        choices = self.parallel.choices()
+        if choices:
+            kaldi_log(choices, "setup")
         if len(set(self.hosts)) > 1:
             kaldi_log("on " + mpi.describe_hosts(self.hosts), "setup")
         options, term = self.parallel.optimizer.options, momentum_option(opt.optimizer)

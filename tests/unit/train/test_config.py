@@ -77,3 +77,15 @@ def test_validation_returns_new_flags_and_leaves_the_parsed_ones_alone():
     checked = validate(parsed)
     assert parsed.binary is None and parsed.checkpoint_every is None
     assert checked.binary is True and checked.checkpoint_every == 1
+
+
+def test_the_trainers_choices_for_n_are_logged_in_one_line():
+    from mpi4py import MPI
+    from psgd.train.data_parallel import DataParallel
+    line = DataParallel(resolve(make_config(algo="bmuf"), 6), MPI.COMM_SELF).choices()
+    assert line == ("bmuf for 6 workers: a sync every 128 samples, block_momentum 0.5, "
+                    "reset_local_state False")
+    easgd = DataParallel(resolve(make_config(algo="easgd", sync_period=64), 3), MPI.COMM_SELF)
+    assert easgd.choices() == "easgd for 2 workers: a sync every 64 samples, alpha 0.45"
+    syncgrad = DataParallel(resolve(make_config(algo="syncgrad"), 2), MPI.COMM_SELF)
+    assert syncgrad.choices() == "syncgrad for 2 workers: a sync every minibatch"
