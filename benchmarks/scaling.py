@@ -2,9 +2,10 @@
 workers, with each worker's time split into compute, communication and
 waiting.
 
-Each run is the trainer's own epoch loop (psgd.train.Trainer.train_epoch) on
-MNIST-1D with a widened CNN (so compute dominates a sync), over a fixed
-training set split across the workers (strong scaling). The wrappers below
+Each run is the trainer's own epoch loop (its parallel strategy's
+train_epoch, psgd/train/data_parallel.py) on MNIST-1D with a widened CNN
+(so compute dominates a sync), over a fixed training set split across the
+workers (strong scaling). The wrappers below
 only read the clock around the trainer's calls:
 - compute: the network's forward/backward and the optimizer step;
 - waiting (collective algorithms): the counts Allreduce that opens every
@@ -78,34 +79,35 @@ def child(argv):
                          progress="off", quiet=True, **MODEL)
     trainer = Trainer(config)
     trainer.setup()
-    net, sync = trainer.net, trainer.sync
+    strategy = trainer.parallel
+    net, sync = strategy.net, strategy.sync
     compute, comm_clock, wait = Clock(), Clock(), Clock()
     net.loss_and_grad = compute.wrap(net.loss_and_grad)
-    trainer.optimizer.step = compute.wrap(trainer.optimizer.step)
+    strategy.optimizer.step = compute.wrap(strategy.optimizer.step)
     bare = 0.0
-    if trainer.server_based:
+    if strategy.server_based:
         bare = _bare_roundtrip(comm, net.param_buffer.nbytes)
-    if not trainer.is_server:
+    if not strategy.is_server:
         sync.synchronize = comm_clock.wrap(sync.synchronize)
-        if not trainer.server_based:
+        if not strategy.server_based:
             sync.node.allreduce_counts = wait.wrap(sync.node.allreduce_counts)
     comm.Barrier()
     start = time.perf_counter()
     samples = 0
-    if trainer.is_server:
-        trainer.sync.run()
+    if strategy.is_server:
+        sync.run()
     else:
-        samples = trainer.train_epoch(0, Progress("off", False))[1]
+        samples = strategy.train_epoch(0, Progress("off", False), trainer.watchdog)[1]
     wall = time.perf_counter() - start
     trainer.watchdog.close()
     sync_s = comm_clock.seconds
-    if trainer.server_based:
+    if strategy.server_based:
         transfer = min(sync_s, bare * comm_clock.calls)
         waiting = sync_s - transfer
     else:
         waiting = wait.seconds
         transfer = sync_s - waiting
-    mine = {"rank": comm.rank, "server": trainer.is_server, "wall_s": wall,
+    mine = {"rank": comm.rank, "server": strategy.is_server, "wall_s": wall,
             "samples": samples, "compute_s": compute.seconds, "comm_s": transfer,
             "wait_s": waiting, "syncs": comm_clock.calls,
             "other_s": wall - compute.seconds - sync_s}

@@ -3,7 +3,6 @@ trace says without a trace viewer: per rank, the time spent computing,
 communicating and waiting for others (and a server's serving and idling),
 the rank the others waited for most, and with --png a picture of every
 rank's track over the run."""
-import argparse
 import collections
 import json
 import os
@@ -11,6 +10,7 @@ import sys
 
 from . import trace
 from .atomic import atomic_write
+from .command_line import OneLineParser
 from .errors import UsageError
 from .train import straggler
 from .train.stall_report import Names
@@ -194,8 +194,7 @@ def png_problem(path, trace_path):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m psgd.timeline", description=__doc__.split(
-        "\n\n")[0])
+    p = OneLineParser(prog="python -m psgd.timeline", description=__doc__.split("\n\n")[0])
     p.add_argument("trace", metavar="TRACE.json", help="a trace psgd.worker --timeline wrote")
     p.add_argument("--png", default=None, metavar="OUT.png", help="draw the tracks here")
     p.add_argument("--epoch", type=int, default=None, metavar="N",

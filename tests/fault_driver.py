@@ -25,6 +25,8 @@ from mpi4py import MPI
 import psgd.worker
 from psgd.algorithms import easgd
 from psgd.nnet import Network
+from psgd.train.data_parallel import DataParallel
+from psgd.train.hybrid import ModelParallel
 from psgd.train.trainer import Trainer
 
 FAULT = json.loads(sys.argv[1])
@@ -43,13 +45,13 @@ def strike(net=None):
         net.grad_buffer.data[0] = np.nan
 
 
-train_epoch = Trainer.train_epoch
-
-
-def paced_train_epoch(self, epoch, progress):
-    at["epoch"], at["step"] = epoch, 0
-    time.sleep(FAULT.get("pace", 0))     # slower epochs, same numbers
-    return train_epoch(self, epoch, progress)
+def paced(train_epoch):
+    """A parallel strategy's train_epoch that marks the epoch and may be slower."""
+    def paced_train_epoch(self, epoch, progress, watchdog):
+        at["epoch"], at["step"] = epoch, 0
+        time.sleep(FAULT.get("pace", 0))     # slower epochs, same numbers
+        return train_epoch(self, epoch, progress, watchdog)
+    return paced_train_epoch
 
 
 loss_and_grad = Network.loss_and_grad
@@ -111,7 +113,8 @@ def dumping_finish(self):
     return finish(self)
 
 
-Trainer.train_epoch = paced_train_epoch
+for strategy in (DataParallel, ModelParallel):
+    strategy.train_epoch = paced(strategy.train_epoch)
 Network.loss_and_grad = faulty_loss_and_grad
 if FAULT.get("sync"):
     easgd.EasgdServer.serve = faulty_serve

@@ -1,5 +1,6 @@
-"""The trainer: `Trainer(args).run()`, with args from the CLI parser or
-`make_config(**options)`."""
+"""The trainer: `Trainer(args).run()`, with args (validated flags) from the
+CLI parser or `make_config(**options)`; the Trainer resolves them once for
+the job's size into a frozen Config (config.py)."""
 from .options import build_parser, make_config, parse_args
 from .trainer import Trainer
 

@@ -19,6 +19,7 @@ from mpi4py import MPI
 
 from .. import agreement
 from ..atomic import atomic_write, remove_debris
+from ..backend import to_numpy
 from ..errors import UsageError
 from . import model_io
 
@@ -240,3 +241,15 @@ def split(arrays, prefix):
 
 def join(prefix, arrays):
     return {"%s/%s" % (prefix, k): np.asarray(v) for k, v in arrays.items()}
+
+
+def optimizer_arrays(optimizer):
+    """The local optimizer's state under "opt/", on the host; an unallocated
+    slot (None) is left out and is None again on load."""
+    return join("opt", {k: to_numpy(v) for k, v in optimizer.state_dict().items()
+                        if v is not None})
+
+
+def optimizer_state(arrays):
+    """The optimizer's state_dict of a checkpoint's `arrays`."""
+    return {k: (v.item() if v.ndim == 0 else v) for k, v in split(arrays, "opt").items()}

@@ -51,49 +51,51 @@ def flags(args):
             for k, v in sorted(vars(args).items()) if plain(v) and k not in RANK0_OUTPUTS}
 
 
-def check_init(args, path, saved_sizes, saved_name):
+def check_init(model, path, saved_sizes, saved_name):
     """--init fixes the model: a model flag given with another value than
-    the file's is an error (it used to be ignored)."""
+    the file's is an error (it used to be ignored). `model`: the model
+    flags (the trainer's Model section)."""
     for name in MODEL_FLAGS:
-        given = getattr(args, name, None)
+        given = getattr(model, name, None)
         if given is not None and not _same(given, saved_sizes.get(name)):
             raise UsageError("%s %s disagrees with --init %s, whose model has %s (leave the "
                              "model flags out with --init)" % (
                                  _flag(name), given, path, "%s %s" % (
                                      _flag(name), saved_sizes[name]) if name in saved_sizes
                                  else "no %s" % _flag(name)))
-    if args.model not in ("cnn", saved_name) and saved_name:
+    if model.model not in ("cnn", saved_name) and saved_name:
         raise UsageError("--model %s disagrees with --init %s, a %s model" % (
-            args.model, path, saved_name))
+            model.model, path, saved_name))
 
 
-def reconcile_resume(args, arrays, header, say):
+def reconcile_resume(flags, arrays, header, say):
     """Before a checkpoint is loaded: refuse flags that contradict it; for
     optimizer options given anew, write the new value into the state to be
-    loaded; log every flag whose new value takes effect."""
+    loaded; log every flag whose new value takes effect. `flags`: the
+    run's as a checkpoint records them (Trainer.recorded_flags)."""
     saved = header.get("config", {})
     for name in FIXED_ON_RESUME:
-        if name in saved and not _same(getattr(args, name, None), saved[name]):
-            if name == "model" and args.init:
+        if name in saved and not _same(getattr(flags, name, None), saved[name]):
+            if name == "model" and flags.init:
                 continue    # --init names the model; the trainer took the file's
             raise UsageError("--resume: %s %s differs from the checkpoint's %s (%s); start "
                              "afresh in another --checkpoint-dir to change it" % (
-                                 _flag(name), getattr(args, name), saved[name],
-                                 args.checkpoint_dir))
+                                 _flag(name), getattr(flags, name), saved[name],
+                                 flags.checkpoint_dir))
     done = header.get("epoch", -1) + 1
-    if args.epochs < done:
+    if flags.epochs < done:
         raise UsageError("--resume: --epochs %d is below the %d epochs the checkpoint in %s has "
                          "trained: nothing would be trained (give --epochs %d or more)" % (
-                             args.epochs, done, args.checkpoint_dir, done))
+                             flags.epochs, done, flags.checkpoint_dir, done))
     changed = []
     for name in FOLLOWED_ON_RESUME:
-        if name in saved and not _same(getattr(args, name, None), saved[name]):
-            changed.append((name, saved[name], getattr(args, name)))
+        if name in saved and not _same(getattr(flags, name, None), saved[name]):
+            changed.append((name, saved[name], getattr(flags, name)))
     for name in OPTIMIZER_OPTIONS:
-        new = getattr(args, name, None)
-        key = "opt/" + (momentum_option(args.optimizer) if name == "momentum" else name)
+        new = getattr(flags, name, None)
+        key = "opt/" + (momentum_option(flags.optimizer) if name == "momentum" else name)
         if new is None or key not in arrays or float(arrays[key]) == float(new) \
-                or (name == "clip" and args.model_parallel):   # clipped outside the optimizer
+                or (name == "clip" and flags.model_parallel):   # clipped outside the optimizer
             continue
         if name == "lr" and saved.get("lr") == new:
             continue    # the same --lr as before: the schedule's rate holds
@@ -108,6 +110,6 @@ def reconcile_resume(args, arrays, header, say):
                 _flag(name), new, old), "setup")
 
 
-def warn_unused_gpu_ids(args, backend_name, main):
-    if args.gpu_ids and backend_name == "numpy" and main:
-        warnings.warn("--gpu-ids %s has no effect on the numpy backend" % args.gpu_ids)
+def warn_unused_gpu_ids(gpu_ids, backend_name, main):
+    if gpu_ids and backend_name == "numpy" and main:
+        warnings.warn("--gpu-ids %s has no effect on the numpy backend" % gpu_ids)

@@ -3,8 +3,9 @@ the whole model, trains its shard and synchronizes through the chosen
 algorithm (ranks 0..S-1 serve, one shard each, under a server algorithm).
 
 The Trainer's epoch loop talks to this object, or to hybrid.ModelParallel,
-through the same small interface (see Trainer): roles, build, train_epoch,
-evaluate, rollback, checkpoint state and the final model."""
+through the same small interface (see Trainer): roles, build (the network,
+its optimizer and the data arrays are the strategy's from then on),
+train_epoch, evaluate, rollback, checkpoint state and the final model."""
 import warnings
 
 import numpy as np
@@ -16,48 +17,44 @@ from ..data import Minibatches
 from ..errors import UsageError
 from . import checkpoint as ckpt
 from . import resize
+from . import whole_model
 from .faults import FiniteGuard
-from .metrics import ServerTotals, kaldi_log
-from .defaults import default_sync_period
-from .options import algorithm_options
+from .metrics import ServerTotals, kaldi_log, short
 
 
 class DataParallel:
-    def __init__(self, args, comm):
-        self.args, self.comm = args, comm
+    def __init__(self, config, comm):
+        self.config, self.comm = config, comm
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
-        self.algorithm = REGISTRY[args.algo]
+        self.algorithm = REGISTRY[config.run.algo]
         self.server_based = self.algorithm.server_based
-        self.servers = (getattr(args, "servers", None) or 1) if self.server_based else 0
+        self.servers = config.run.servers
         self.is_server = self.rank < self.servers
-        self.num_workers = self.algorithm.workers(self.size, max(self.servers, 1))
+        self.num_workers = config.run.num_workers
         first_worker = self.size - self.num_workers   # the servers, when there are any, come first
         self.worker_index = None if self.is_server else self.rank - first_worker
         self.gradients_averaged = self.algorithm.needs_grads
         self.server_totals = ServerTotals()
-        self.sync = self.guard = None
+        # what build() makes
+        self.net = self.model_header = self.optimizer = self.train_set = self.held_out = None
+        self.sync = self.guard = self.stat_exchange = self.center = self.center_exchange = None
 
     # set-up ------------------------------------------------------------------------
     def check(self):
-        """Before any data is read."""
-        if self.server_based and self.size < 2:
-            raise UsageError("%s needs a server and at least one worker: run with "
-                             "mpirun -np 2 or more" % self.args.algo)
-        if self.server_based and self.num_workers < 1:
-            raise UsageError("--servers %d leaves no worker: run with mpirun -np %d or more" % (
-                self.servers, self.servers + 1))
+        """Before any data is read (config.resolve checked the roles)."""
 
-    def build(self, net, optimizer, backend, data):
-        """Collective: the algorithm takes over the network's buffers.
-        Returns the (network, optimizer) to train with."""
-        args = self.args
-        self.net, self.optimizer = net, optimizer
-        self.sync_period = args.sync_period or default_sync_period(args, self.num_workers)
-        self.sync = create(args.algo, net.params, comm=self.comm,
+    def build(self, backend, data):
+        """Collective: the whole model, its optimizer and the data arrays;
+        the algorithm takes over the network's buffers."""
+        whole = whole_model.build(self.comm, self.config, data, backend.xp)
+        net = self.net = whole.net
+        self.model_header, self.optimizer = whole.header, whole.optimizer
+        self.train_set, self.held_out = whole.train, whole.held_out
+        self.sync = create(self.config.run.algo, net.params, comm=self.comm,
                            grads=net.grads if self.gradients_averaged else None,
                            stats=net.stat_buffer.views if not self.server_based else None,
                            servers=self.servers if self.server_based else None,
-                           **algorithm_options(args, self.num_workers))
+                           **self.config.algorithm.options)
         net.rebind(self.sync.params, self.sync.grads)
         # The server algorithms do not average BatchNorm statistics: the
         # trainer does before evaluating, over this exchange made once.
@@ -68,41 +65,57 @@ class DataParallel:
             self.center = net.param_buffer if self.is_server else net.param_buffer.like()
             self.center_exchange = mpi.Exchange(self.comm, self.center)
         self.guard = FiniteGuard(backend.xp, net.param_buffer.data, net.grad_buffer.data,
-                                 optimizer, args.skip_nonfinite, keeps_model=not self.is_server)
-        return net, optimizer
+                                 self.optimizer, self.config.faults.skip_nonfinite,
+                                 keeps_model=not self.is_server)
 
-    def announcement(self, net, data, backend):
-        a = self.args
+    def model_name(self):
+        """The model trained: --model's, or the one --init's file holds."""
+        return self.model_header.get("name", self.config.model.model)
+
+    def announcement(self, data, backend):
         return ("%s on %d ranks (%d workers%s), %s: %d params, %s data %d train / %d "
                 "held-out examples, backend %s" % (
-                    a.algo, self.size, self.num_workers, _who_serves(self.servers), a.model, net.num_params, data.name, data.total_train,
+                    self.title(), self.size, self.num_workers, _who_serves(self.servers),
+                    self.model_name(), self.net.num_params, data.name, data.total_train,
                     data.total_eval, backend.name))
 
     def title(self):
-        return self.args.algo
+        return self.config.run.algo
+
+    def choices(self):
+        """The log line of what the trainer chose for N (config.resolve): the
+        block size and the algorithm options it sets (or the user gave)."""
+        algorithm = self.config.algorithm
+        parts = ["a sync every minibatch" if self.gradients_averaged else
+                 "a sync every %d samples" % algorithm.sync_period]
+        parts += ["%s %s" % (k, short(v)) for k, v in sorted(algorithm.options.items())]
+        return "%s for %d workers: %s" % (self.title(), self.num_workers, ", ".join(parts))
 
     # the epoch -----------------------------------------------------------------------
-    def begin_epoch(self, epoch, first):
+    def begin_epoch(self, epoch, first, lr):
+        """The epoch's rate (the Trainer's schedule) and the algorithm's round."""
+        self.optimizer.lr = lr
         if not first:
             self.sync.begin_round()  # server algorithms serve one run() per epoch
         else:
             self.guard.saved()  # what --skip-nonfinite falls back on before the first sync
 
-    def train_epoch(self, epoch, data, progress, watchdog):
+    def train_epoch(self, epoch, progress, watchdog):
         """(loss sum, frames) of this rank's epoch; the server serves it."""
         if self.is_server:
             watchdog.serve(epoch, self.sync.syncs)
             self.server_totals.add(self.sync.run())
             return 0.0, 0
-        args, net, opt, sync = self.args, self.net, self.optimizer, self.sync
+        run, net, opt, sync = self.config.run, self.net, self.optimizer, self.sync
         w, g = net.param_buffer.data, net.grad_buffer.data
-        x, y = data
-        batches = Minibatches(x, y, args.minibatch_size,
-                              seed=args.seed * 100003 + self.worker_index, epoch=epoch)
+        x, y = self.train_set
+        sync_period = self.config.algorithm.sync_period
+        batches = Minibatches(x, y, run.minibatch_size,
+                              seed=run.seed * 100003 + self.worker_index, epoch=epoch)
         net.reset_state()
         # Dropout masks from (seed, worker, epoch) alone: a resumed run draws
         # exactly what the uninterrupted one drew, and workers differ.
-        net.reseed([args.seed, self.worker_index, epoch])
+        net.reseed([run.seed, self.worker_index, epoch])
         since, loss_sum, frames_seen = 0, 0.0, 0
         for xb, yb in batches:
             loss = net.loss_and_grad(xb, yb)
@@ -120,11 +133,11 @@ class DataParallel:
             else:
                 opt.step(w, g)
                 since += frames
-                if since >= self.sync_period:
+                if since >= sync_period:
                     if not self._sync(epoch, since, watchdog):
                         return _ended_early(epoch, loss_sum, frames_seen)
                     since = 0
-            progress.update(epoch, args.epochs, batches.position, len(batches),
+            progress.update(epoch, run.epochs, batches.position, len(batches),
                             loss_sum / max(frames_seen, 1))
         watchdog.enter(epoch, sync.syncs)
         if self.gradients_averaged:
@@ -159,10 +172,11 @@ class DataParallel:
         return int(count[0])
 
     # end of epoch ---------------------------------------------------------------------
-    def evaluate(self, x, y):
+    def evaluate(self):
         """Collective: (loss, accuracy) over every rank's share of the
         held-out set, of the common model or the server's center (a worker
         computes with a copy of it for the while); nan without one."""
+        x, y = self.held_out
         sums = np.zeros(3)
         if self.server_based:
             self._average_stats_over_workers()
@@ -208,6 +222,7 @@ class DataParallel:
         """(arrays, extra header entries) of this rank's checkpoint."""
         arrays = ckpt.join("net", self.net.state_dict())
         arrays.update(ckpt.join("algo", self.sync.state_dict()))
+        arrays.update(ckpt.optimizer_arrays(self.optimizer))
         return arrays, {}
 
     def check_checkpoint(self, state):
@@ -216,16 +231,20 @@ class DataParallel:
     def load_checkpoint(self, arrays, header):
         self.net.load_state_dict(ckpt.split(arrays, "net"))
         self.sync.load_state_dict(ckpt.split(arrays, "algo"))
+        self.optimizer.load_state_dict(ckpt.optimizer_state(arrays))
 
-    def layout(self, header, args):
+    def layout(self, header):
         """The checkpoint's ranks and servers beside this job's (resize.py)."""
-        return resize.Layout(self.algorithm, header, self.size, self.servers, args)
+        return resize.Layout(self.algorithm, header, self.config)
 
     def load_resized(self, checkpointer, folder, arrays, layout):
         """Collective, at another layout: every rank starts from the
         checkpoint's global model, with its global state (resize.py).
         `arrays`: rank 0's file, or this rank's own where only --servers
-        changed (the checkpointer knows ranks, not roles)."""
+        changed (the checkpointer knows ranks, not roles). The local
+        optimizer's state is this rank's own file's, as resize rules."""
+        self.optimizer.load_state_dict(resize.optimizer_state(
+            self.optimizer, ckpt.optimizer_state(arrays), layout, self.gradients_averaged))
         if self.rank != 0 and layout.old_size == self.size:
             arrays = checkpointer.load_from(folder, 0)[0]   # whole: it loaded here already
         self.net.load_state_dict(ckpt.split(arrays, "net"))    # rank 0's statistics

@@ -39,11 +39,12 @@ def _empty(shape, dtype=np.float32):
     return np.zeros((0,) + tuple(shape), dtype=dtype)
 
 
-def read_local(args, rank, size, worker_index, num_workers):
+def read_local(config, rank, worker_index):
     """This rank's own reading; no MPI, so a failure here can be agreed on
     (agreement.agree) before any rank enters a collective."""
-    if args.feats is None:
-        ds = load_mnist1d(args.num_samples, seed=MNIST1D_SEED)
+    spec, size, num_workers = config.data, config.run.size, config.run.num_workers
+    if spec.feats is None:
+        ds = load_mnist1d(spec.num_samples, seed=MNIST1D_SEED)
         if worker_index is None:
             xt, yt = _empty(ds.input_shape), np.zeros(0, np.int64)
         else:
@@ -52,21 +53,24 @@ def read_local(args, rank, size, worker_index, num_workers):
         c, d = shard_range(ds.num_test, rank, size)
         return RankData(xt, yt, ds.x_test[c:d], ds.y_test[c:d], ds.num_classes,
                         tuple(ds.input_shape), "mnist1d")
-    transform = model_files.read_transform(args)
+    transform = model_files.read_transform(spec.feature_transform, config.model.init)
     if worker_index is None:
         return None, None, transform
-    ds, report = load_kaldi(args.feats, args.targets, worker_index, num_workers,
-                            splice=0 if transform else args.splice, cmvn=False,
-                            num_classes=args.num_classes, cv_feats=args.cv_feats,
-                            cv_targets=args.cv_targets, skip_nonfinite=args.skip_nonfinite)
+    ds, report = load_kaldi(spec.feats, spec.targets, worker_index, num_workers,
+                            splice=0 if transform else spec.splice, cmvn=False,
+                            num_classes=spec.num_classes, cv_feats=spec.cv_feats,
+                            cv_targets=spec.cv_targets,
+                            skip_nonfinite=config.faults.skip_nonfinite)
     return ds, report, transform
 
 
-def combine(args, comm, local, worker_index, sequences=False):
+def combine(config, comm, local, worker_index, sequences=False):
     """Collective: global CMVN, class count and example counts."""
-    data = local if args.feats is None else _kaldi(args, comm, local, worker_index)
+    spec = config.data
+    data = local if spec.feats is None else _kaldi(spec, config.model.init, comm, local,
+                                                     worker_index)
     if sequences:
-        data = _as_sequences(data, args)
+        data = _as_sequences(data, config.model.bptt)
     counts = np.array([len(data.y_train), len(data.y_eval)], dtype=np.int64)
     comm.Allreduce(MPI.IN_PLACE, counts, op=MPI.SUM)
     data.total_train, data.total_eval = int(counts[0]), int(counts[1])
@@ -75,7 +79,8 @@ def combine(args, comm, local, worker_index, sequences=False):
     return data
 
 
-def _kaldi(args, comm, local, worker_index):
+def _kaldi(spec, init, comm, local, worker_index):
+    """`spec`: the Data section; `init`: --init, whose .npz may hold the transform."""
     ds, report, transform = local
     given = transform is not None   # --feature-transform, or the one of an --init .npz
     if ds is not None:
@@ -95,21 +100,21 @@ def _kaldi(args, comm, local, worker_index):
     comm.Allreduce(MPI.IN_PLACE, stats, op=MPI.SUM)
     comm.Allreduce(MPI.IN_PLACE, facts[1:2], op=MPI.MAX)
     comm.Allreduce(MPI.IN_PLACE, facts[2:], op=MPI.SUM)
-    if not args.num_classes:
-        _refuse_stray_label(args, comm, ds, int(facts[1]))
-    num_classes = args.num_classes or int(facts[1]) + 1
+    if not spec.num_classes:
+        _refuse_stray_label(spec, comm, ds, int(facts[1]))
+    num_classes = spec.num_classes or int(facts[1]) + 1
     global_stats = CmvnStats.unpack(stats)
     if global_stats.count == 0:
-        raise UsageError("%s: no usable utterances on any worker" % args.feats)
+        raise UsageError("%s: no usable utterances on any worker" % spec.feats)
     if not given:
-        mean_std = global_stats.mean_std() if args.cmvn else (None, None)
-        transform = FeatureTransform.from_cmvn(dim, args.splice, *mean_std)
+        mean_std = global_stats.mean_std() if spec.cmvn else (None, None)
+        transform = FeatureTransform.from_cmvn(dim, spec.splice, *mean_std)
     elif transform.input_dim != dim:
         # every rank holds the same transform and dimension: all raise this together
         raise CollectiveUsageError(
             "%s expects inputs of shape (%d,) (its feature transform), %s has features of "
-            "dimension %d" % (args.feature_transform or args.init, transform.input_dim,
-                              args.feats, dim))
+            "dimension %d" % (spec.feature_transform or init, transform.input_dim,
+                              spec.feats, dim))
     counts = _class_counts(comm, ds, num_classes)
     shape = (transform.output_dim,)
     skipped = (int(facts[2]), int(facts[3]))
@@ -120,7 +125,7 @@ def _kaldi(args, comm, local, worker_index):
         return data
     if given:
         _apply_transform(ds, transform)
-    elif args.cmvn:
+    elif spec.cmvn:
         ds = apply_cmvn(ds, global_stats)
     if len(ds.y_train) == 0:
         warnings.warn("worker %d has no training utterances (more workers than utterances)"
@@ -138,14 +143,14 @@ STRAY_LABEL = 1000000  # a class id this large is a typo or a corrupt alignment
 STRAY_GAP = 64         # ... and so is one this far beyond twice the next largest
 
 
-def _refuse_stray_label(args, comm, ds, top):
+def _refuse_stray_label(spec, comm, ds, top):
     """Collective. Without --num-classes the class count is the largest
     label + 1: one stray label (100000 among 0..9) would grow the output
     layer a thousandfold, or ask for terabytes. Refuse a largest label over
     STRAY_LABEL, or over twice the next largest plus STRAY_GAP, naming the
     utterance."""
-    splits = [] if ds is None else [(args.targets, ds.y_train, ds.train_utts),
-                                    (args.cv_targets, ds.y_test, ds.test_utts)]
+    splits = [] if ds is None else [(spec.targets, ds.y_train, ds.train_utts),
+                                    (spec.cv_targets, ds.y_test, ds.test_utts)]
     below = np.array([max([int(y[y < top].max(initial=-1)) for _, y, _ in splits
                            if y is not None], default=-1)], dtype=np.int64)
     comm.Allreduce(MPI.IN_PLACE, [below, MPI.INT64_T], op=MPI.MAX)
@@ -177,7 +182,7 @@ def _apply_transform(ds, transform):
         ds.x_test = transform.apply(ds.x_test, ds.test_utts.offsets)
 
 
-def _as_sequences(data, args):
+def _as_sequences(data, bptt):
     """LSTM input: (B, T, F) chunks of --bptt frames with per-frame labels
     (-1 marks padding); MNIST-1D examples are sequences of 40 one-dim frames."""
     if data.name == "mnist1d":
@@ -190,13 +195,13 @@ def _as_sequences(data, args):
     feat = data.input_shape[0]
     if train_utts is not None:
         data.x_train, data.y_train = chunk_utterances(data.x_train, data.y_train,
-                                                      train_utts.offsets, args.bptt)
+                                                      train_utts.offsets, bptt)
     else:
-        data.x_train, data.y_train = _empty((args.bptt, feat)), np.zeros((0, args.bptt), np.int64)
+        data.x_train, data.y_train = _empty((bptt, feat)), np.zeros((0, bptt), np.int64)
     if eval_utts is not None:
         data.x_eval, data.y_eval = chunk_utterances(data.x_eval, data.y_eval,
-                                                    eval_utts.offsets, args.bptt)
+                                                    eval_utts.offsets, bptt)
     else:
-        data.x_eval, data.y_eval = _empty((args.bptt, feat)), np.zeros((0, args.bptt), np.int64)
-    data.input_shape = (args.bptt, feat)
+        data.x_eval, data.y_eval = _empty((bptt, feat)), np.zeros((0, bptt), np.int64)
+    data.input_shape = (bptt, feat)
     return data

@@ -33,6 +33,7 @@ from ..nnet import create_optimizer
 from ..nnet.parallel import HybridNetwork, requirements, traffic
 from ..nnet.parallel.network import hidden_widths
 from . import checkpoint as ckpt
+from . import whole_model
 from .metrics import kaldi_log
 from .trainer import Trainer
 
@@ -45,31 +46,38 @@ class ModelParallel:
 
     server_based = is_server = False
 
-    def __init__(self, args, comm):
-        self.args, self.comm = args, comm
+    def __init__(self, config, comm):
+        self.config, self.comm = config, comm
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.num_workers, self.worker_index = self.size, self.rank
-        self.say = self.rank == mpi.MAIN_RANK and not args.quiet
+        self.say = self.rank == mpi.MAIN_RANK and not config.outputs.quiet
         self.steps, self.dropped = 0, 0
-        self.net = None
+        # what build() makes
+        self.net = self.net_comm = self.model_header = self.optimizer = self.clip = None
+        self.train_set = self.held_out = self.shortest = self.per_rank = None
 
     # set-up ----------------------------------------------------------------------------
     def check(self):
-        if self.args.model not in MODELS:
+        if self.config.model.model not in MODELS:
             raise UsageError("--model-parallel trains the %s models, not %r"
-                             % (" and ".join(MODELS), self.args.model))
+                             % (" and ".join(MODELS), self.config.model.model))
 
-    def build(self, full, optimizer, backend, data):
-        """Collective: slice the whole model over the ranks. Returns the
-        (network, optimizer) to train with."""
-        args, error = self.args, None
+    def build(self, backend, data):
+        """Collective: the whole model, sliced over the ranks, its optimizer
+        and the data arrays."""
+        whole = whole_model.build(self.comm, self.config, data, backend.xp)
+        self.model_header, self.train_set, self.held_out = whole.header, whole.train, whole.held_out
+        run, error = self.config.run, None
         try:
-            requirements.check(self.size, hidden_widths(full.components), args.minibatch_size)
+            requirements.check(self.size, hidden_widths(whole.net.components),
+                               run.minibatch_size)
             self.net_comm = self.comm.Dup()
-            self.net = HybridNetwork(full, self.net_comm, sync_bn=args.sync_bn, seed=args.seed)
+            self.net = HybridNetwork(whole.net, self.net_comm, sync_bn=self.config.model.sync_bn,
+                                     seed=run.seed)
             # clipping needs the norm of the whole gradient: done here, not per slice
-            self.clip = optimizer.clip
-            self.optimizer = create_optimizer(args.optimizer, **dict(optimizer.options, clip=0.0))
+            self.clip = whole.optimizer.clip
+            self.optimizer = create_optimizer(self.config.optimizer.optimizer,
+                                              **dict(whole.optimizer.options, clip=0.0))
         except (UsageError, ValueError, OSError) as exc:
             error = exc if isinstance(exc, UsageError) else UsageError(str(exc))
         agreement.agree(self.comm, error)
@@ -80,16 +88,19 @@ class ModelParallel:
             raise CollectiveUsageError(
                 "--model-parallel needs training examples on every rank; a shard of %d "
                 "examples over %d ranks is empty" % (data.total_train, self.size))
-        self.per_rank = args.minibatch_size // self.size
-        return self.net, self.optimizer
+        self.per_rank = run.minibatch_size // self.size
 
-    def announcement(self, net, data, backend):
+    def model_name(self):
+        return self.model_header.get("name", self.config.model.model)
+
+    def announcement(self, data, backend):
+        net = self.net
         return ("hybrid data/model parallel on %d ranks (--algo ignored), %s: each rank "
                 "takes %d of the %d samples of a step; %d params before the first fully "
                 "connected layer data-parallel, fully connected layers sliced by output "
                 "units (output layer %s); %d params, %d on this rank; %s data %d train / "
                 "%d held-out examples, backend %s" % (
-                    self.size, self.args.model, self.per_rank, self.args.minibatch_size,
+                    self.size, self.model_name(), self.per_rank, self.config.run.minibatch_size,
                     net.dp_size, "sliced" if net.sliced_logits else "replicated: %d classes "
                     "do not split over %d ranks" % (net.num_classes, self.size),
                     net.num_params_full, net.num_params, data.name, data.total_train,
@@ -98,17 +109,23 @@ class ModelParallel:
     def title(self):
         return "hybrid data/model parallel"
 
-    # training ----------------------------------------------------------------------------
-    def begin_epoch(self, epoch, first):
-        """No synchronization algorithm to open a round of."""
+    def choices(self):
+        """No algorithm, no block: nothing chosen for N but the rate."""
+        return None
 
-    def train_epoch(self, epoch, data, progress, watchdog):
+    # training ----------------------------------------------------------------------------
+    def begin_epoch(self, epoch, first, lr):
+        """The epoch's rate; no synchronization algorithm to open a round of."""
+        self.optimizer.lr = lr
+
+    def train_epoch(self, epoch, progress, watchdog):
         net, opt, b = self.net, self.optimizer, self.per_rank
         w, g = net.param_buffer.data, net.grad_buffer.data
-        x, y = data
+        x, y = self.train_set
         shortest = self.shortest
         net.reseed_dropout(epoch)
-        batches = Minibatches(x, y, b, seed=self.args.seed * 100003 + self.rank, epoch=epoch)
+        batches = Minibatches(x, y, b, seed=self.config.run.seed * 100003 + self.rank,
+                              epoch=epoch)
         steps = math.ceil(shortest / b)
         loss_sum, frames_seen = 0.0, 0
         for t in range(steps):
@@ -129,7 +146,7 @@ class ModelParallel:
             # this rank's share: summed over ranks it is loss * B
             loss_sum += loss * rows
             frames_seen += rows
-            progress.update(epoch, self.args.epochs, t + 1, steps,
+            progress.update(epoch, self.config.run.epochs, t + 1, steps,
                             loss_sum / max(frames_seen, 1))
         return loss_sum, frames_seen
 
@@ -137,7 +154,7 @@ class ModelParallel:
         """A non-finite loss is the same on every rank: all stop, or all skip
         the step (--skip-nonfinite). Returns False when the step is skipped."""
         where = "non-finite loss %s at step %d (epoch %d)" % (loss, self.steps, epoch + 1)
-        if not self.args.skip_nonfinite:
+        if not self.config.faults.skip_nonfinite:
             raise CollectiveNonFiniteError(
                 where + "; stopping (--skip-nonfinite skips such steps instead)")
         if self.say:
@@ -150,9 +167,9 @@ class ModelParallel:
         return self.steps
 
     # end of epoch ------------------------------------------------------------------------
-    def evaluate(self, x, y):
+    def evaluate(self):
         self.net.average_stats()
-        return self.net.evaluate(x, y)
+        return self.net.evaluate(*self.held_out)
 
     def model(self):
         return self.net.param_buffer.data
@@ -169,30 +186,34 @@ class ModelParallel:
     def checkpoint_state(self):
         """Rank 0's file holds the gathered single-process model ("net/")."""
         state = self.net.full_state_dict(root=0)
-        return (ckpt.join("net", state) if state is not None else {}), {"steps": self.steps}
+        arrays = ckpt.join("net", state) if state is not None else {}
+        arrays.update(ckpt.optimizer_arrays(self.optimizer))
+        return arrays, {"steps": self.steps}
 
     def check_checkpoint(self, state):
         if "hybrid" not in state[1]:
             raise UsageError("%s holds a checkpoint of a run without --model-parallel"
-                             % self.args.checkpoint_dir)
+                             % self.config.outputs.checkpoint_dir)
         ranks = state[1]["hybrid"].get("ranks")
         if ranks != self.size:
             raise UsageError("--resume: %s holds a --model-parallel checkpoint of %s ranks, "
                              "this job has %d: a model-parallel run resumes on as many ranks "
-                             "as its slices" % (self.args.checkpoint_dir, ranks, self.size))
+                             "as its slices" % (self.config.outputs.checkpoint_dir, ranks,
+                                                self.size))
 
-    def layout(self, header, args):
+    def layout(self, header):
         """The slices fix the ranks (check_checkpoint): never another layout."""
         return None
 
     def load_checkpoint(self, arrays, header):
         main = self.rank == mpi.MAIN_RANK
         self.net.load_full_state(ckpt.split(arrays, "net") if main else None)
+        self.optimizer.load_state_dict(ckpt.optimizer_state(arrays))
         self.steps = header["steps"]
 
     def final_state(self):
         """Collective: the gathered model on rank 0 (None elsewhere)."""
-        return self.net.full_state_dict(root=0) if self.args.out else None
+        return self.net.full_state_dict(root=0) if self.config.outputs.out else None
 
     def closing_lines(self, say, main):
         if self.dropped and say:

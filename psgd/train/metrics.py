@@ -18,6 +18,11 @@ from ..errors import UsageError
 PROGRAM = "psgd-train"
 
 
+def short(value):
+    """A value as the log lines write it: floats to 4 significant digits."""
+    return "%.4g" % value if isinstance(value, float) else str(value)
+
+
 def kaldi_log(message, where="train", depth=1):
     """A Kaldi LOG line: `LOG (prog[version]:where():file:line) message`, the
     file and line of the caller (`depth` frames up)."""

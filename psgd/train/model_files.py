@@ -123,42 +123,42 @@ def _nnet1_header(layers, net):
             "dtype": str(net.dtype)}
 
 
-def read_transform(args):
+def read_transform(feature_transform, init):
     """The feature transform this run applies to its input, or None (psgd's own
     splice + CMVN): --feature-transform, else the one stored in an --init .npz."""
-    if getattr(args, "feature_transform", None):
-        return kaldi_io.FeatureTransform.read(args.feature_transform)
-    if args.init and is_npz(args.init):
-        arrays, _ = model_io.load(args.init)
+    if feature_transform:
+        return kaldi_io.FeatureTransform.read(feature_transform)
+    if init and is_npz(init):
+        arrays, _ = model_io.load(init)
         if TRANSFORM_KEY in arrays:
             return kaldi_io.FeatureTransform.parse(arrays[TRANSFORM_KEY].tobytes(),
-                                                "%s (its feature transform)" % args.init)
+                                                "%s (its feature transform)" % init)
     return None
 
 
-def build_network(args, data, xp):
-    """(net, model header) for the trainer: --init's model, or a fresh one."""
-    sizes = {k: getattr(args, k) for k in ("hidden", "channels", "lstm_cells", "dropout",
-                                           "batchnorm") if getattr(args, k) is not None}
-    if args.init:
-        net, model, _ = read_model(args.init, xp=xp, seed=args.seed)
-        if "sizes" in model:   # a psgd model records its sizes; an nnet1 file has none to compare
-            consistency.check_init(args, args.init, model["sizes"], model.get("name"))
-        saved_shape = tuple(model.get("input_shape", ()))
+def build_network(config, data, xp):
+    """(net, model header) for the trainer's Config: --init's model, or a
+    fresh one."""
+    model, seed, out = config.model, config.run.seed, config.outputs.out
+    sizes = model.sizes()
+    if model.init:
+        net, saved, _ = read_model(model.init, xp=xp, seed=seed)
+        if "sizes" in saved:   # a psgd model records its sizes; an nnet1 file has none to compare
+            consistency.check_init(model, model.init, saved["sizes"], saved.get("name"))
+        saved_shape = tuple(saved.get("input_shape", ()))
         if saved_shape != tuple(data.input_shape):
             raise UsageError("%s expects inputs of shape %s, the data has %s"
-                             % (args.init, saved_shape, tuple(data.input_shape)))
-        args.model = model.get("name", args.model)
-        data.num_classes = model.get("num_classes", data.num_classes)
-        header = dict(model, sizes=model.get("sizes", sizes))
+                             % (model.init, saved_shape, tuple(data.input_shape)))
+        data.num_classes = saved.get("num_classes", data.num_classes)
+        header = dict(saved, sizes=saved.get("sizes", sizes))
     else:
-        net = build_model(args.model, data.input_shape, data.num_classes, xp=xp,
-                          seed=args.seed, **sizes)
-        header = {"name": args.model, "input_shape": list(data.input_shape),
+        net = build_model(model.model, data.input_shape, data.num_classes, xp=xp,
+                          seed=seed, **sizes)
+        header = {"name": model.model, "input_shape": list(data.input_shape),
                   "num_classes": int(data.num_classes), "sizes": sizes,
                   "dtype": str(net.dtype)}
-    if writes_nnet1(args.out):
-        kaldi_io.layers_of(net, name="--out %s" % args.out)   # refuse now, not after training
+    if writes_nnet1(out):
+        kaldi_io.layers_of(net, name="--out %s" % out)   # refuse now, not after training
     return net, header
 
 

@@ -16,7 +16,7 @@ import math
 import sys
 
 from ..atomic import atomic_write
-from ..command_line import OneLineParser
+from ..command_line import OneLineParser, run
 from ..errors import UsageError
 from .options import finite_float
 from .schedule import Schedule
@@ -116,17 +116,15 @@ def step(args):
     return "%s %r %d" % ("accepted" if accepted else "rejected", schedule.lr, schedule.done)
 
 
+def _act(args):
+    if args.loss is None:
+        write(args.state, start(args))
+    else:
+        print(step(args))
+
+
 def main(argv=None):
-    args = build_parser().parse_args(argv)
-    try:
-        if args.loss is None:
-            write(args.state, start(args))
-        else:
-            print(step(args))
-    except UsageError as exc:
-        sys.stderr.write("%s: error: %s\n" % (PROG, exc))
-        return 2
-    return 0
+    return run(PROG, _act, build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from . import algorithm_flags
 from .algorithm_flags import ALGORITHM_FLAGS
 from .defaults import WARMUP_EPOCHS, trainer_defaults
 from .model_files import writes_nnet1
+from .roles import server_count
 
 MODELS = ("cnn", "mlp", "lstm")
 SCHEDULES = ("constant", "exponential", "newbob")
@@ -152,13 +153,12 @@ def parse_args(argv=None):
 
 
 def make_config(**overrides):
-    """A validated config from Python: the CLI defaults with `overrides`."""
-    args = build_parser().parse_args([])
-    for key, value in overrides.items():
-        if not hasattr(args, key):
+    """Validated flags from Python: the CLI defaults with `overrides`."""
+    defaults = vars(build_parser().parse_args([]))
+    for key in overrides:
+        if key not in defaults:
             raise UsageError("unknown trainer option %r" % key)
-        setattr(args, key, value)
-    return validate(args)
+    return validate(argparse.Namespace(**dict(defaults, **overrides)))
 
 
 def _positive(name, value):
@@ -167,6 +167,8 @@ def _positive(name, value):
 
 
 def validate(args):
+    """The flags `args` checked, as a new Namespace with the idle flags'
+    defaults filled in (the Trainer resolves it: config.py)."""
     if args.algo not in REGISTRY:
         raise UsageError("unknown algorithm %r; valid: %s" % (args.algo, ", ".join(ALGORITHMS)))
     if args.model not in MODELS:
@@ -191,9 +193,8 @@ def validate(args):
         raise UsageError("--splice must be >= 0, got %d" % args.splice)
     _positive("num_classes", args.num_classes)
     _refuse_idle_flags(args)
-    for name, default in IDLE_DEFAULTS.items():
-        if getattr(args, name) is None:
-            setattr(args, name, default)
+    args = argparse.Namespace(**dict(vars(args), **{
+        name: default for name, default in IDLE_DEFAULTS.items() if getattr(args, name) is None}))
     if (args.feats is None) != (args.targets is None):
         raise UsageError("--feats and --targets go together")
     if args.resume and not args.checkpoint_dir:
@@ -205,14 +206,7 @@ def validate(args):
     if args.dropout is not None and not 0 <= args.dropout < 1:
         raise UsageError("--dropout must be in [0, 1), got %r" % args.dropout)
     cls = REGISTRY[args.algo]
-    servers = getattr(args, "servers", None)
-    if servers is not None:
-        if not cls.server_based or getattr(args, "model_parallel", False):
-            raise UsageError("--servers applies to --algo easgd, asgd and masgd (data "
-                             "parallel), not %s" % ("--model-parallel" if cls.server_based
-                                                    else "--algo " + args.algo))
-        if servers < 1:
-            raise UsageError("--servers must be >= 1, got %d" % servers)
+    server_count(cls, args.servers, args.model_parallel)
     for flag, option in ALGORITHM_FLAGS.items():
         if getattr(args, flag) is not None and option not in cls.OPTIONS:
             if option.startswith("compression") and cls.not_compressed:

@@ -39,20 +39,21 @@ class Output:
         return "%s %s" % (self.label, self.path) if self.label else self.path
 
 
-def of_args(args, data=None):
-    """The run's outputs: [Output], side files of an nnet1 --out included
-    (those `data`'s transform and counts make save_model write)."""
+def of_args(outputs, data=None):
+    """The run's outputs: [Output] of the output flags (the trainer's
+    Outputs section), side files of an nnet1 --out included (those `data`'s
+    transform and counts make save_model write)."""
     plan = []
-    if args.out:
-        plan += model_file(args.out, data, "--out")
-    if args.metrics:
-        plan.append(Output("--metrics", args.metrics))
-    if args.plot:
-        plan.append(Output("--plot", args.plot, formats=PLOT_FORMATS))
-    if args.timeline:
-        plan.append(Output("--timeline", args.timeline, formats=("json",)))
-    if args.checkpoint_dir:
-        plan.append(Output("--checkpoint-dir", args.checkpoint_dir, folder=True,
+    if outputs.out:
+        plan += model_file(outputs.out, data, "--out")
+    if outputs.metrics:
+        plan.append(Output("--metrics", outputs.metrics))
+    if outputs.plot:
+        plan.append(Output("--plot", outputs.plot, formats=PLOT_FORMATS))
+    if outputs.timeline:
+        plan.append(Output("--timeline", outputs.timeline, formats=("json",)))
+    if outputs.checkpoint_dir:
+        plan.append(Output("--checkpoint-dir", outputs.checkpoint_dir, folder=True,
                            all_ranks=True))
     return plan
 
@@ -64,11 +65,12 @@ def model_file(path, data, label):
                                         for side in files[1:]]
 
 
-def inputs_of(args):
-    """[(flag, file)] of the files a run reads that an output could replace."""
-    flags = [("--feats", args.feats, True), ("--targets", args.targets, True),
-             ("--cv-feats", args.cv_feats, True), ("--cv-targets", args.cv_targets, True),
-             ("--feature-transform", args.feature_transform, False)]
+def inputs_of(data):
+    """[(flag, file)] of the files a run reads (the data flags: the
+    trainer's Data section) that an output could replace."""
+    flags = [("--feats", data.feats, True), ("--targets", data.targets, True),
+             ("--cv-feats", data.cv_feats, True), ("--cv-targets", data.cv_targets, True),
+             ("--feature-transform", data.feature_transform, False)]
     return [("%s %s" % (flag, value), path) for flag, value, table in flags if value
             for path in (input_files(value) if table else [value])]
 

@@ -9,7 +9,7 @@ from ..atomic import remove_debris
 from ..errors import UsageError
 
 
-def prepare(comm, args, main, data=None):
+def prepare(comm, config, main, data=None):
     """Collective: every rank checks the outputs it will write (output_plan:
     rank 0 all of them, side files of an nnet1 --out included; the others
     --checkpoint-dir), rank 0 takes the lock on --checkpoint-dir and removes
@@ -18,19 +18,20 @@ def prepare(comm, args, main, data=None):
     from .. import agreement
     from . import output_plan
     from .dirlock import DirectoryLock
-    lock, plan = None, output_plan.of_args(args, data)
-    problem = output_plan.problem(plan, main, output_plan.inputs_of(args) if main else ())
+    outputs = config.outputs
+    lock, plan = None, output_plan.of_args(outputs, data)
+    problem = output_plan.problem(plan, main, output_plan.inputs_of(config.data) if main else ())
     error = UsageError(problem) if problem else None
     if main and error is None:
         try:
             for output in plan:
                 if not output.folder:
                     remove_debris(os.path.dirname(os.path.abspath(output.path)))
-            if args.checkpoint_dir:
-                lock = DirectoryLock(args.checkpoint_dir)
-                for folder in [args.checkpoint_dir] + [
-                        os.path.join(args.checkpoint_dir, n) for n in
-                        sorted(os.listdir(args.checkpoint_dir)) if n.startswith("epoch-")]:
+            if outputs.checkpoint_dir:
+                lock = DirectoryLock(outputs.checkpoint_dir)
+                for folder in [outputs.checkpoint_dir] + [
+                        os.path.join(outputs.checkpoint_dir, n) for n in
+                        sorted(os.listdir(outputs.checkpoint_dir)) if n.startswith("epoch-")]:
                     remove_debris(folder, any_writer=True)
         except UsageError as exc:
             error = exc

@@ -10,8 +10,6 @@ residuals at zero. The local optimizer's moments restart too, except
 under syncgrad, where every rank steps with the same averaged gradient
 and so holds the same moments. Defaults that depend on N are those of
 this N; the log says which changed."""
-import argparse
-
 import numpy as np
 
 from ..buffers import shard_bounds
@@ -19,19 +17,23 @@ from ..errors import UsageError
 from ..nnet.optimizers import OPTIMIZERS, momentum_option
 from . import checkpoint as ckpt
 from .defaults import default_lr, local_momentum, lr_scale
+from .metrics import short
+from .roles import server_count
 
 
 class Layout:
-    """The checkpoint's ranks, servers and workers beside this job's."""
+    """The checkpoint's ranks, servers and workers beside this job's (its
+    Config), and the flags of each (`then`, `now`) for the defaults by N."""
 
-    def __init__(self, algorithm, header, size, servers, args):
+    def __init__(self, algorithm, header, config):
         saved = header.get("config", {})
-        self.then = argparse.Namespace(**dict(vars(args), **saved))   # the checkpoint's flags
-        self.old_size, self.size = header["size"], size
-        self.old_servers = (saved.get("servers") or 1) if algorithm.server_based else 0
-        self.servers = servers
+        self.now = config.namespace()
+        self.then = config.namespace(**saved)
+        self.old_size, self.size = header["size"], config.run.size
+        self.old_servers = server_count(algorithm, saved.get("servers"))
+        self.servers = config.run.servers
         self.old_workers = algorithm.workers(self.old_size, max(self.old_servers, 1))
-        self.workers = algorithm.workers(size, max(servers, 1))
+        self.workers = config.run.num_workers
 
     @property
     def changed(self):
@@ -109,7 +111,7 @@ def global_state(saved, sync, rank):
     return state
 
 
-def optimizer_state(optimizer, saved, args, layout, averaged):
+def optimizer_state(optimizer, saved, layout, averaged):
     """The local optimizer's state to load: the checkpoint's options (a flag
     given anew is already in them), the momentum term of this N where the
     trainer's default chose it, and the moments only where every rank held
@@ -117,39 +119,41 @@ def optimizer_state(optimizer, saved, args, layout, averaged):
     state = dict(saved)
     if not averaged:
         state.update({slot: None for slot in optimizer.slots}, t=0)
-    term = momentum_option(args.optimizer)
-    if term in state and args.momentum is None and layout.then.momentum is None:
-        state[term] = _momentum(args, layout.workers)
+    now = layout.now
+    term = momentum_option(now.optimizer)
+    if term in state and now.momentum is None and layout.then.momentum is None:
+        state[term] = _momentum(now, layout.workers)
     return state
 
 
-def momentum_change(optimizer, args, layout):
+def momentum_change(optimizer, layout):
     """[(term, old, new)] when the local momentum is the trainer's default
     and differs at this N (asgd below ASGD_DC_FROM workers)."""
-    term = momentum_option(args.optimizer)
-    if term not in optimizer.options or args.momentum is not None \
+    now = layout.now
+    term = momentum_option(now.optimizer)
+    if term not in optimizer.options or now.momentum is not None \
             or layout.then.momentum is not None:
         return []
-    old, new = _momentum(layout.then, layout.old_workers), _momentum(args, layout.workers)
+    old, new = _momentum(layout.then, layout.old_workers), _momentum(now, layout.workers)
     return [(term, old, new)] if old != new else []
 
 
-def _momentum(args, workers):
-    mine = local_momentum(args, workers)
-    return mine if mine is not None else OPTIMIZERS[args.optimizer].defaults[
-        momentum_option(args.optimizer)]
+def _momentum(flags, workers):
+    mine = local_momentum(flags, workers)
+    return mine if mine is not None else OPTIMIZERS[flags.optimizer].defaults[
+        momentum_option(flags.optimizer)]
 
 
-def rescaled_lr(lr, args, layout):
+def rescaled_lr(lr, layout):
     """The schedule's rate at this N: the default rate and the large-batch
     rule of this N in place of the checkpoint's (a --lr given then stays the
     base rate; one given anew was set as it is, consistency.py)."""
-    then = layout.then
-    if args.lr is not None and args.lr != then.lr:
+    now, then = layout.now, layout.then
+    if now.lr is not None and now.lr != then.lr:
         return lr
     base_then = then.lr if then.lr is not None else default_lr(then, layout.old_workers)
-    base_now = then.lr if then.lr is not None else default_lr(args, layout.workers)
-    return lr * (base_now * lr_scale(args, layout.workers)) / \
+    base_now = then.lr if then.lr is not None else default_lr(now, layout.workers)
+    return lr * (base_now * lr_scale(now, layout.workers)) / \
         (base_then * lr_scale(then, layout.old_workers))
 
 
@@ -177,7 +181,7 @@ def log_lines(layout, sync, algorithm, averaged, changes):
         "restarts (moments at zero, step count 0): it was each worker's own"))
     lines.append("resume: the data is sharded again for %d workers; defaults for %d workers: %s"
                  % (layout.workers, layout.workers, ", ".join(
-                     "%s %s -> %s" % (name, _short(old), _short(new))
+                     "%s %s -> %s" % (name, short(old), short(new))
                      for name, old, new in changes) or "none changed"))
     return lines
 
@@ -185,7 +189,3 @@ def log_lines(layout, sync, algorithm, averaged, changes):
 def option_changes(old_options, new_options):
     return [(k, old_options[k], v) for k, v in sorted(new_options.items())
             if k in old_options and old_options[k] != v]
-
-
-def _short(value):
-    return "%.4g" % value if isinstance(value, float) else str(value)

@@ -9,18 +9,19 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import agreement, cuda_aware, mpi, nccl, trace
-from ..backend import get_backend, to_numpy
-from ..errors import UsageError
-from ..nnet import create_optimizer, momentum_option
+from ..backend import get_backend
+from ..errors import CollectiveUsageError, UsageError
+from ..nnet import momentum_option
 from . import checkpoint as ckpt
-from . import consistency, model_files, outputs, resize
+from . import consistency, model_files, resize
+from . import outputs as output_files
+from .config import resolve
 from .data_parallel import DataParallel
 from .data_setup import combine, read_local
 from .faults import Watchdog
 from .idle_flags import refuse_idle_flags
 from .metrics import Progress, kaldi_epoch_lines, kaldi_log
 from .large_batch import warmup_factor
-from .defaults import default_lr, local_momentum, lr_rule_name, lr_scale, warmup_epochs
 from .schedule import Schedule
 from . import straggler
 from .stall_report import Names
@@ -29,24 +30,35 @@ from .timeline import Timeline, read_events
 
 class Trainer(mpi.Closeable):
     """The epoch loop, the schedule, newbob's best model, checkpoints,
-    metrics and outputs. How a step and a sync happen is the business of
-    one collaborator, `self.parallel` (DataParallel here; HybridTrainer
-    uses hybrid.ModelParallel): roles, build, begin_epoch, train_epoch,
-    evaluate, model/rollback, syncs, checkpoint state and the final model."""
+    metrics and outputs, over a Config resolved once (config.py). How a
+    step and a sync happen is the business of one collaborator,
+    `self.parallel` (DataParallel here; HybridTrainer uses
+    hybrid.ModelParallel), which builds and owns the network, its optimizer
+    and the data arrays: roles, build, begin_epoch, train_epoch, evaluate,
+    model/rollback, syncs, checkpoint state and the final model."""
 
     parallelism = DataParallel
 
     def __init__(self, args, comm=None):
-        self.args = args
-        self.comm = (comm if comm is not None else MPI.COMM_WORLD).Dup()
-        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        """`args`: validated flags (the CLI parser's or make_config's)."""
+        comm = comm if comm is not None else MPI.COMM_WORLD
         # Ranks started with different flags (an MPMD launch, a wrapper that
         # edits the command line per host) would train different data or
         # epoch ranges and hang at the first collective that differs.
-        agreement.check_same(self.comm, consistency.flags(args), "a flag")
-        self.parallel = self.parallelism(args, self.comm)
+        agreement.check_same(comm, consistency.flags(args), "a flag")
+        try:
+            self.config = resolve(args, comm.Get_size())
+        except UsageError as exc:   # flags and size are the same on every rank
+            raise CollectiveUsageError(str(exc)) from None
+        self.comm = comm.Dup()
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        self.parallel = self.parallelism(self.config, self.comm)
         self.main = self.rank == 0
-        self.say = self.main and not args.quiet
+        self.say = self.main and not self.config.outputs.quiet
+        # what setup() makes
+        self.backend = self.data = self.schedule = None
+        self.outputs_lock = self.hosts = self.watchdog = self.checkpointer = None
+        self.metrics = self.timeline = None
         self.start_epoch, self.samples, self.best = 0, 0, None
         self.wall_offset = 0.0
 
@@ -55,85 +67,59 @@ class Trainer(mpi.Closeable):
         own, the algorithm's or the network's, the watchdog's)."""
         if self.comm is None:
             return
-        watchdog = getattr(self, "watchdog", None)
-        if watchdog is not None:
-            watchdog.close()
-        timeline = getattr(self, "timeline", None)
-        if timeline is not None:
-            timeline.close()
-        lock = getattr(self, "outputs_lock", None)
-        if lock is not None:
-            lock.release()      # a later run in this process may use the directory
+        if self.watchdog is not None:
+            self.watchdog.close()
+        if self.timeline is not None:
+            self.timeline.close()
+        if self.outputs_lock is not None:
+            self.outputs_lock.release()   # a later run in this process may use the directory
             self.outputs_lock = None
         self.parallel.close()
         self.comm.Free()
         self.comm = None
 
-    # who this rank is (the collaborator decides) ----------------------------------------
-    @property
-    def server_based(self):
-        return self.parallel.server_based
-
-    @property
-    def is_server(self):
-        return self.parallel.is_server
-
-    @property
-    def num_workers(self):
-        return self.parallel.num_workers
-
-    @property
-    def worker_index(self):
-        return self.parallel.worker_index
-
-    @property
-    def sync(self):
-        """The synchronization algorithm (data-parallel runs)."""
-        return getattr(self.parallel, "sync", None)
-
     # set-up ------------------------------------------------------------------------
     def setup(self):
-        args, error, local = self.args, None, None
+        config, error, local = self.config, None, None
         try:
             self.parallel.check()
+            s = config.schedule
+            self.schedule = Schedule(s.lr_schedule, config.optimizer.lr, s.lr_decay,
+                                     s.newbob_start, s.newbob_end, s.newbob_factor)
             node = mpi.Node(self.comm)
-            self.backend = get_backend(args.backend, node.local_rank, args.gpu_ids,
+            runtime = config.runtime
+            self.backend = get_backend(runtime.backend, node.local_rank, runtime.gpu_ids,
                                        node.local_size)
-            refuse_idle_flags(args, self.backend.name)
-            cuda_aware.configure(args.cuda_aware)
-            nccl.configure(args.exchange)
-            local = read_local(args, self.rank, self.size, self.worker_index, self.num_workers)
+            refuse_idle_flags(config, self.backend.name)
+            cuda_aware.configure(runtime.cuda_aware)
+            nccl.configure(runtime.exchange)
+            local = read_local(config, self.rank, self.parallel.worker_index)
         except (UsageError, ValueError, OSError) as exc:
             error = exc if isinstance(exc, UsageError) else UsageError(str(exc))
         agreement.agree(self.comm, error)
-        self.data = combine(args, self.comm, local, self.worker_index,
-                            sequences=args.model == "lstm")
-        error = None
-        try:
-            self._build()
-        except (UsageError, ValueError, OSError) as exc:
-            error = exc if isinstance(exc, UsageError) else UsageError(str(exc))
-        agreement.agree(self.comm, error)
-        self.net, self.optimizer = self.parallel.build(self.net, self.optimizer, self.backend,
-                                                         self.data)
+        self.data = combine(config, self.comm, local, self.parallel.worker_index,
+                            sequences=config.model.model == "lstm")
+        self.parallel.build(self.backend, self.data)
         self._setup_run()
 
     def _setup_run(self):
         """Watchdog, checkpoints (and resume), metrics, the opening log line."""
-        args = self.args
-        self.outputs_lock = outputs.prepare(self.comm, args, self.main, self.data)
-        consistency.warn_unused_gpu_ids(args, self.backend.name, self.main)
+        outputs = self.config.outputs
+        self.outputs_lock = output_files.prepare(self.comm, self.config, self.main, self.data)
+        consistency.warn_unused_gpu_ids(self.config.runtime.gpu_ids, self.backend.name,
+                                        self.main)
         self.hosts = mpi.host_names(self.comm)
-        self.watchdog = Watchdog(self.comm, args.stall_timeout, args.stall_abort,
+        faults = self.config.faults
+        self.watchdog = Watchdog(self.comm, faults.stall_timeout, faults.stall_abort,
                                  hosts=self.hosts)
-        self.checkpointer = ckpt.Checkpointer(args.checkpoint_dir, self.comm) \
-            if args.checkpoint_dir else None
-        if args.resume:
+        self.checkpointer = ckpt.Checkpointer(outputs.checkpoint_dir, self.comm) \
+            if outputs.checkpoint_dir else None
+        if outputs.resume:
             self._resume()
         elif self.checkpointer:
             self.checkpointer.refuse_to_overwrite()
-        self.metrics = outputs.open_metrics(self.comm, args.metrics if self.main else None,
-                                            self.start_epoch)
+        self.metrics = output_files.open_metrics(self.comm, outputs.metrics if self.main else None,
+                                                 self.start_epoch)
         self._start_timeline()
         if self.say:
             self._announce()
@@ -142,52 +128,29 @@ class Trainer(mpi.Closeable):
 
     def _start_timeline(self):
         """Collective: the recorder (and, after --resume, the trace so far)."""
-        path, error, keep = self.args.timeline, None, ()
-        if path and self.main and self.args.resume:
+        path, error, keep = self.config.outputs.timeline, None, ()
+        if path and self.main and self.config.outputs.resume:
             try:
                 keep = read_events(path)
             except UsageError as exc:
                 error = exc
         agreement.agree(self.comm, error)
-        self.timeline = Timeline(self.comm, path, self.hosts,
-                                 getattr(self.parallel, "servers", 0), keep)
-
-    def _build(self):
-        """The whole model (identical on every rank for one seed), the local
-        optimizer, the schedule and the data arrays."""
-        args, data = self.args, self.data
-        xp = self.backend.xp
-        self.net, self.model_header = model_files.build_network(args, data, xp)
-        self.lr_scale = lr_scale(args, self.num_workers)   # the large-batch rule's k
-        lr = (args.lr if args.lr is not None else default_lr(args, self.num_workers)) * self.lr_scale
-        opt_options = {"lr": lr, "weight_decay": args.weight_decay or None,
-                       "clip": args.clip or None}
-        momentum = args.momentum if args.momentum is not None else \
-            local_momentum(args, self.num_workers)
-        if momentum is not None:
-            opt_options[momentum_option(args.optimizer)] = momentum
-        self.optimizer = create_optimizer(args.optimizer, **opt_options)
-        self.schedule = Schedule(args.lr_schedule, lr, args.lr_decay, args.newbob_start,
-                                 args.newbob_end, args.newbob_factor)
-        if (data.y_eval.size and int(data.y_eval.max()) >= data.num_classes) or \
-                (data.y_train.size and int(data.y_train.max()) >= data.num_classes):
-            raise UsageError("labels go up to %d but the model has %d outputs" % (
-                max(int(data.y_eval.max(initial=0)), int(data.y_train.max(initial=0))),
-                data.num_classes))
-        self.x_train, self.y_train = xp.asarray(data.x_train), xp.asarray(data.y_train)
-        self.x_eval, self.y_eval = xp.asarray(data.x_eval), xp.asarray(data.y_eval)
+        self.timeline = Timeline(self.comm, path, self.hosts, self.config.run.servers, keep)
 
     def _announce(self):
-        d = self.data
-        kaldi_log(self.parallel.announcement(self.net, d, self.backend), "setup")
+        d, opt = self.data, self.config.optimizer
+        kaldi_log(self.parallel.announcement(d, self.backend), "setup")
+        choices = self.parallel.choices()
+        if choices:
+            kaldi_log(choices, "setup")
         if len(set(self.hosts)) > 1:
             kaldi_log("on " + mpi.describe_hosts(self.hosts), "setup")
-        options, term = self.optimizer.options, momentum_option(self.args.optimizer)
+        options, term = self.parallel.optimizer.options, momentum_option(opt.optimizer)
         momentum = " %s %g" % (term, options[term]) if term in options else ""
-        rule = "" if self.lr_scale == 1 else \
+        rule = "" if opt.lr_scale == 1 else \
             " (%s rule: x%.2f for %d workers, reached after %d warm-up epochs)" % (
-                lr_rule_name(self.args), self.lr_scale, self.num_workers, warmup_epochs(self.args))
-        kaldi_log("%s lr %g%s%s" % (self.args.optimizer, self.schedule.lr, momentum, rule), "setup")
+                opt.lr_rule, opt.lr_scale, self.config.run.num_workers, opt.warmup_epochs)
+        kaldi_log("%s lr %g%s%s" % (opt.optimizer, self.schedule.lr, momentum, rule), "setup")
         if any(d.skipped):
             kaldi_log("skipped utterances: %d with a label count that does not match their "
                       "frames, %d without targets" % d.skipped, "setup")
@@ -195,25 +158,24 @@ class Trainer(mpi.Closeable):
     # training ------------------------------------------------------------------------
     def run(self):
         self.setup()
-        if self.args.cross_validate:
-            loss, acc = self.evaluate()
+        if self.config.run.cross_validate:
+            loss, acc = self.parallel.evaluate()
             if self.main:
                 kaldi_epoch_lines("held-out", loss, acc, self.data.total_eval)
             return {"test_loss": loss, "test_accuracy": acc}
-        progress = Progress(self.args.progress, self.worker_index == 0)
+        run, opt = self.config.run, self.config.optimizer
+        progress = Progress(self.config.outputs.progress, self.parallel.worker_index == 0)
         start = time.time() - self.wall_offset
         row = {}
-        for epoch in range(self.start_epoch, self.args.epochs):
-            self.epoch = epoch
-            self.parallel.begin_epoch(epoch, first=epoch == self.start_epoch)
-            self.optimizer.lr = self.schedule.lr * warmup_factor(epoch, self.lr_scale,
-                                                                 warmup_epochs(self.args))
-            train = self.train_epoch(epoch, progress)
+        for epoch in range(self.start_epoch, run.epochs):
+            lr = self.schedule.lr * warmup_factor(epoch, opt.lr_scale, opt.warmup_epochs)
+            self.parallel.begin_epoch(epoch, epoch == self.start_epoch, lr)
+            train = self.parallel.train_epoch(epoch, progress, self.watchdog)
             self.timeline.arrive()
             self.watchdog.epoch_end(epoch)
-            row = self.end_epoch(epoch, train, time.time() - start)
-            if self.checkpointer and ((epoch + 1) % self.args.checkpoint_every == 0
-                                      or epoch + 1 == self.args.epochs):
+            row = self.end_epoch(epoch, train, time.time() - start, lr)
+            if self.checkpointer and ((epoch + 1) % self.config.outputs.checkpoint_every == 0
+                                      or epoch + 1 == run.epochs):
                 self.save_checkpoint(epoch, time.time() - start)
             self.watchdog.leave()
             self.timeline.next_epoch()
@@ -224,19 +186,14 @@ class Trainer(mpi.Closeable):
         self.finish()
         return row
 
-    def train_epoch(self, epoch, progress):
-        """(loss sum, frames) of this rank's epoch (the server serves it)."""
-        return self.parallel.train_epoch(epoch, (self.x_train, self.y_train), progress,
-                                         self.watchdog)
-
     # end of epoch ----------------------------------------------------------------------
-    def end_epoch(self, epoch, train, wall):
+    def end_epoch(self, epoch, train, wall, lr):
         sums = np.array([train[0], train[1]], dtype=np.float64)
         self.comm.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
         self.timeline.met(epoch)
         self.samples += int(sums[1])
         evaluating = trace.now()
-        test_loss, test_acc = self.evaluate()
+        test_loss, test_acc = self.parallel.evaluate()
         self.timeline.span(trace.EVALUATE, evaluating)
         found = self.timeline.fold()
         accepted = self.schedule.end_epoch(test_loss)
@@ -244,8 +201,8 @@ class Trainer(mpi.Closeable):
         train_loss = sums[0] / sums[1] if sums[1] else float("nan")
         row = {"epoch": epoch + 1, "train_loss": train_loss, "test_loss": test_loss,
                "test_accuracy": test_acc, "samples": self.samples, "wall_seconds": wall,
-               "lr": self.optimizer.lr, "syncs": self.parallel.syncs()}
-        if self.is_server:
+               "lr": lr, "syncs": self.parallel.syncs()}
+        if self.parallel.is_server:
             row.update(self.parallel.server_totals.epoch_row())
         if found is not None:
             row.update(straggler_rank=found[0], straggler_wait_s=found[1],
@@ -256,20 +213,17 @@ class Trainer(mpi.Closeable):
                 held_out = ("held-out loss %.4f, accuracy %.2f%%" % (test_loss, 100 * test_acc)
                             if self.data.total_eval else "no held-out set")
                 kaldi_log("epoch %d/%d: train loss %.4f, %s, %d samples, %.1fs" % (
-                    epoch + 1, self.args.epochs, train_loss, held_out, self.samples, wall),
+                    epoch + 1, self.config.run.epochs, train_loss, held_out, self.samples,
+                    wall),
                     "epoch")
                 if self.data.total_eval:
                     kaldi_epoch_lines("held-out", test_loss, test_acc, self.data.total_eval)
         return row
 
-    def evaluate(self):
-        """Collective: (loss, accuracy) on the held-out set."""
-        return self.parallel.evaluate(self.x_eval, self.y_eval)
-
     def _keep_best(self, accepted):
         """newbob rejects an epoch that made the held-out loss worse: every rank
         returns to the best model (a copy kept only under newbob)."""
-        if self.args.lr_schedule != "newbob":
+        if self.config.schedule.lr_schedule != "newbob":
             return
         if accepted:
             self.best = self.parallel.model().copy()
@@ -279,21 +233,27 @@ class Trainer(mpi.Closeable):
                 kaldi_log("epoch rejected, back to the best model, lr %g" % self.schedule.lr)
 
     # outputs -----------------------------------------------------------------------------
+    def recorded_flags(self):
+        """The flags a checkpoint or model file records (and a resumed run is
+        compared with): as given, with the model trained (--init's file's)."""
+        return self.config.namespace(model=self.parallel.model_name())
+
     def header(self):
-        return dict({"model": self.model_header, "config": {
-            k: v for k, v in vars(self.args).items() if isinstance(v, (int, float, str, bool))
-            or v is None}}, **self.parallel.header())
+        return dict({"model": self.parallel.model_header, "config": {
+            k: v for k, v in vars(self.recorded_flags()).items()
+            if isinstance(v, (int, float, str, bool)) or v is None}}, **self.parallel.header())
 
     def finish(self):
         """The final model: rank 0's (w_g, the server's center, or the
         gathered model-parallel network)."""
         state = self.parallel.final_state()
         self.parallel.closing_lines(self.say, self.main)
-        if self.args.out and self.main:
-            model_files.save_model(self.args.out, state, self.header(), self.data,
-                                   binary=self.args.binary)
+        outputs = self.config.outputs
+        if outputs.out and self.main:
+            model_files.save_model(outputs.out, state, self.header(), self.data,
+                                   binary=outputs.binary)
             if self.say:
-                kaldi_log("wrote %s" % self.args.out, "finish")
+                kaldi_log("wrote %s" % outputs.out, "finish")
         summary = self.parallel.summary()
         if summary and self.say:
             kaldi_log(summary, "finish")
@@ -302,14 +262,13 @@ class Trainer(mpi.Closeable):
             kaldi_log(straggler.line(Names(self.hosts),
                                      self.timeline.run_straggler()), "finish")
         self.timeline.write()
-        if self.args.plot and self.main and self.metrics.rows:
+        if outputs.plot and self.main and self.metrics.rows:
             from .plot import plot_curves
-            plot_curves(self.metrics.rows, self.args.plot, "psgd %s, %d ranks" % (
+            plot_curves(self.metrics.rows, outputs.plot, "psgd %s, %d ranks" % (
                 self.parallel.title(), self.size))
 
     def save_checkpoint(self, epoch, wall):
         arrays, extra = self.parallel.checkpoint_state()
-        arrays.update(ckpt.join("opt", _host_state(self.optimizer.state_dict())))
         if self.best is not None:
             arrays["best"] = self.backend.to_host(self.best)
         header = dict(self.header(), samples=self.samples, wall=wall,
@@ -326,20 +285,21 @@ class Trainer(mpi.Closeable):
         found = self.checkpointer.find()
         if found is None:
             if self.say:
-                kaldi_log("no checkpoint in %s: starting afresh" % self.args.checkpoint_dir)
+                kaldi_log("no checkpoint in %s: starting afresh"
+                          % self.config.outputs.checkpoint_dir)
             return None
         folder, state = found
         error = None
         try:
             if check is not None:
                 check(state)
-            consistency.reconcile_resume(self.args, state[0], state[1], self.say)
+            consistency.reconcile_resume(self.recorded_flags(), state[0], state[1], self.say)
         except UsageError as exc:
             error = exc
         agreement.agree(self.comm, error)
         if self.say and self.checkpointer.latest_folder() is None:
             kaldi_log("--resume: %s has no %s: resuming from %s, the newest checkpoint every "
-                      "rank's file completes" % (self.args.checkpoint_dir, ckpt.LATEST,
+                      "rank's file completes" % (self.config.outputs.checkpoint_dir, ckpt.LATEST,
                                                  os.path.basename(folder)), "setup")
         return folder, state
 
@@ -348,15 +308,11 @@ class Trainer(mpi.Closeable):
         if found is None:
             return
         folder, (arrays, header) = found
-        layout = self.parallel.layout(header, self.args)
-        saved_opt = _from_host(ckpt.split(arrays, "opt"))
+        layout = self.parallel.layout(header)
         if layout is not None and layout.changed:
             self.parallel.load_resized(self.checkpointer, folder, arrays, layout)
-            saved_opt = resize.optimizer_state(self.optimizer, saved_opt, self.args, layout,
-                                               self.parallel.gradients_averaged)
         else:
             self.parallel.load_checkpoint(arrays, header)
-        self.optimizer.load_state_dict(saved_opt)
         if "best" in arrays:
             self.best = self.backend.xp.asarray(arrays["best"])
         self.schedule.load(header["schedule"])
@@ -366,30 +322,18 @@ class Trainer(mpi.Closeable):
         self.wall_offset = header["wall"]
         if self.say:
             kaldi_log("resumed from epoch %d of %s" % (header["epoch"] + 1,
-                                                      self.args.checkpoint_dir))
-
+                                                      self.config.outputs.checkpoint_dir))
 
     def _resized(self, layout, header):
         """The schedule's rate of this N, and rank 0's lines on what changed."""
         lr = self.schedule.lr
-        self.schedule.lr = resize.rescaled_lr(lr, self.args, layout)
+        self.schedule.lr = resize.rescaled_lr(lr, layout)
+        p = self.parallel
         changes = [("lr", lr, self.schedule.lr)] if self.schedule.lr != lr else []
-        changes += resize.momentum_change(self.optimizer, self.args, layout)
-        changes += resize.option_changes(header.get("algorithm_options", {}), self.sync.options)
+        changes += resize.momentum_change(p.optimizer, layout)
+        changes += resize.option_changes(header.get("algorithm_options", {}), p.sync.options)
         if self.say:
-            for line in resize.log_lines(layout, self.sync, self.parallel.algorithm,
-                                         self.parallel.gradients_averaged, changes):
+            for line in resize.log_lines(layout, p.sync, p.algorithm, p.gradients_averaged,
+                                         changes):
                 kaldi_log(line, "setup")
 
-
-def _host_state(state):
-    out = {}
-    for k, v in state.items():
-        if v is None:  # an unallocated slot: absent from the file, None again on load
-            continue
-        out[k] = to_numpy(v)
-    return out
-
-
-def _from_host(arrays):
-    return {k: (v.item() if v.ndim == 0 else v) for k, v in arrays.items()}

@@ -77,8 +77,8 @@ def check(self):
             expected = files[0][0]["algo/" + key]
         np.testing.assert_array_equal(value, expected, err_msg=key)
         keys.append(key)
-    opt = self.optimizer.state_dict()
-    for slot in self.optimizer.slots:     # syncgrad's are the same on every rank: kept
+    opt = p.optimizer.state_dict()
+    for slot in p.optimizer.slots:     # syncgrad's are the same on every rank: kept
         if p.gradients_averaged:
             np.testing.assert_array_equal(opt[slot], files[0][0]["opt/" + slot])
         else:

@@ -86,3 +86,12 @@ def test_the_picture_zooms_on_an_epoch_the_trace_has(trace_file, tmp_path, capsy
     assert timeline.main([str(trace_file), "--png", str(png), "--epoch", "3"]) == 2
     assert "--epoch 3: the trace has epochs 1 to 1" in capsys.readouterr().err
     assert timeline.main([str(trace_file), "--epoch", "0"]) == 2
+
+
+def test_a_bad_flag_is_one_line(trace_file, capsys):
+    with pytest.raises(SystemExit) as exit:
+        timeline.main([str(trace_file), "--epochs", "3"])
+    assert exit.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m psgd.timeline: error: unrecognized arguments: --epochs 3")
+    assert len(err.splitlines()) == 1, err

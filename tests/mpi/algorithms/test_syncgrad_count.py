@@ -1,4 +1,4 @@
-"""syncgrad's count travels inside the gradient sum (ALGORITHMS.md, Fixes 8):
+"""syncgrad's count travels inside the gradient sum (docs/algorithms.md, Fixes 8):
 a sync is one reduction and nothing else, and a bad count still fails on
 every rank."""
 import numpy as np

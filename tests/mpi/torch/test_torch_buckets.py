@@ -1,5 +1,5 @@
 """psgd.torch syncgrad in buckets through DistributedOptimizer: the same
-parameters as a serial replay of the weighted mean (ALGORITHMS.md, syncgrad)
+parameters as a serial replay of the weighted mean (docs/algorithms.md, syncgrad)
 for every bucket size, with zero_grad either way, unused parameters,
 accumulation under no_sync() and ranks that run out of data; and the sums
 really leave while backward still runs."""

@@ -53,6 +53,6 @@ def test_a_rejected_epoch_returns_every_rank_to_rank_0s_best_model(comm, algo, m
     assert seen, "the forced rejection did not roll back"
     for replicas_identical, is_rank0_best in seen:
         assert replicas_identical and is_rank0_best
-    if not trainer.server_based:   # the collective algorithms promise one final model
-        assert identical(trainer.comm, trainer.net.param_buffer.data)
+    if not trainer.parallel.server_based:   # the collective algorithms promise one final model
+        assert identical(trainer.comm, trainer.parallel.net.param_buffer.data)
     trainer.close()
