@@ -160,6 +160,18 @@ def asgd_mean(num_workers):
 ASGD_MEAN_AT = (4,)
 
 
+def lr_schedule(args, num_workers):
+    """The user's --lr-schedule, else anneal for asgd where it adds the mean
+    delta (asgd_mean), else constant. At 4e-3 a constant Adam rate spikes
+    once the model is close, even on one worker (train loss 0.011 -> 0.095
+    in one epoch); asgd's stale deltas make it worse (held-out falls of 3-17
+    points in the second half of runs), and the anneal removes the late ones
+    without costing accuracy (BENCHMARKS.md, issue 31)."""
+    if args.lr_schedule is not None:
+        return args.lr_schedule
+    return "anneal" if args.algo == "asgd" and asgd_mean(num_workers) else "constant"
+
+
 # asgd below ASGD_DC_FROM workers, but at ASGD_MEAN_AT: with N workers each
 # delta lands about N - 1 center updates late, which acts like a momentum of
 # 1 - 1/N on top of the local optimizer's own (Mitliagkas et al., "Asynchrony

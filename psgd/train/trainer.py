@@ -20,7 +20,8 @@ from .faults import Watchdog
 from .idle_flags import refuse_idle_flags
 from .metrics import Progress, kaldi_epoch_lines, kaldi_log
 from .large_batch import warmup_factor
-from .defaults import default_lr, local_momentum, lr_rule_name, lr_scale, warmup_epochs
+from .defaults import (default_lr, local_momentum, lr_rule_name, lr_scale, lr_schedule,
+                       warmup_epochs)
 from .schedule import Schedule
 from . import straggler
 from .stall_report import Names
@@ -167,8 +168,8 @@ class Trainer(mpi.Closeable):
         if momentum is not None:
             opt_options[momentum_option(args.optimizer)] = momentum
         self.optimizer = create_optimizer(args.optimizer, **opt_options)
-        self.schedule = Schedule(args.lr_schedule, lr, args.lr_decay, args.newbob_start,
-                                 args.newbob_end, args.newbob_factor)
+        self.schedule = Schedule(lr_schedule(args, self.num_workers), lr, args.lr_decay,
+                                 args.newbob_start, args.newbob_end, args.newbob_factor)
         if (data.y_eval.size and int(data.y_eval.max()) >= data.num_classes) or \
                 (data.y_train.size and int(data.y_train.max()) >= data.num_classes):
             raise UsageError("labels go up to %d but the model has %d outputs" % (
@@ -187,7 +188,8 @@ class Trainer(mpi.Closeable):
         rule = "" if self.lr_scale == 1 else \
             " (%s rule: x%.2f for %d workers, reached after %d warm-up epochs)" % (
                 lr_rule_name(self.args), self.lr_scale, self.num_workers, warmup_epochs(self.args))
-        kaldi_log("%s lr %g%s%s" % (self.args.optimizer, self.schedule.lr, momentum, rule), "setup")
+        kaldi_log("%s lr %g%s%s%s" % (self.args.optimizer, self.schedule.lr, momentum, rule,
+                                      self.schedule.describe(self.args.epochs)), "setup")
         if any(d.skipped):
             kaldi_log("skipped utterances: %d with a label count that does not match their "
                       "frames, %d without targets" % d.skipped, "setup")
@@ -206,8 +208,8 @@ class Trainer(mpi.Closeable):
         for epoch in range(self.start_epoch, self.args.epochs):
             self.epoch = epoch
             self.parallel.begin_epoch(epoch, first=epoch == self.start_epoch)
-            self.optimizer.lr = self.schedule.lr * warmup_factor(epoch, self.lr_scale,
-                                                                 warmup_epochs(self.args))
+            self.optimizer.lr = self.schedule.lr * self.schedule.fraction(epoch, self.args.epochs) \
+                * warmup_factor(epoch, self.lr_scale, warmup_epochs(self.args))
             train = self.train_epoch(epoch, progress)
             self.timeline.arrive()
             self.watchdog.epoch_end(epoch)
