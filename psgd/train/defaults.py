@@ -162,11 +162,13 @@ ASGD_MEAN_AT = (4,)
 
 def lr_schedule(args, num_workers):
     """The user's --lr-schedule, else anneal for asgd where it adds the mean
-    delta (asgd_mean), else constant. At 4e-3 a constant Adam rate spikes
-    once the model is close, even on one worker (train loss 0.011 -> 0.095
-    in one epoch); asgd's stale deltas make it worse (held-out falls of 3-17
-    points in the second half of runs), and the anneal removes the late ones
-    without costing accuracy (BENCHMARKS.md, issue 31)."""
+    delta (asgd_mean), else constant. At asgd's 4e-3 a constant Adam rate
+    spikes once the model is close, even on one worker (train loss 0.011 ->
+    0.095 in one epoch); at 4 workers, 10 runs each, held-out falls over 3
+    points went from 6 runs (up to 17) to 3 (up to 3.7), the final accuracy
+    94.4 -> 94.9% (BENCHMARKS.md, issue 31). Annealing from half-way left
+    one fall of 10 just before it began; at 2, 3 and 5 workers (the sum of
+    the deltas, beta1 0.5) the anneal did not remove the falls."""
     if args.lr_schedule is not None:
         return args.lr_schedule
     return "anneal" if args.algo == "asgd" and asgd_mean(num_workers) else "constant"

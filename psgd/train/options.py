@@ -71,7 +71,7 @@ def build_parser(prog="psgd-train"):
     g.add_argument("--clip", type=finite_float, default=0.0, help="gradient-norm clipping (0: off)")
     g.add_argument("--lr-schedule", choices=SCHEDULES, default=None,
                    help="default constant; the trainer's asgd at 4 workers: anneal (the rate "
-                        "holds for half the epochs, then falls along a half cosine to a tenth)")
+                        "holds for a third of the epochs, then falls along a half cosine to a tenth)")
     g.add_argument("--lr-decay", type=finite_float, default=0.9, help="exponential: factor per epoch")
     g.add_argument("--newbob-start", type=finite_float, default=0.01,
                    help="newbob: start halving when the relative held-out loss gain is below this")

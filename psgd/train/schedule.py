@@ -1,7 +1,7 @@
 """Learning-rate schedules: constant, exponential, anneal, and Kaldi's newbob.
 
-anneal: the rate holds for the first ANNEAL_FROM of the epochs, then falls
-along a half cosine to ANNEAL_FLOOR times itself by the last epoch. Adam at a
+anneal: the rate holds for the first third of the epochs (ANNEAL_FROM), then
+falls along a half cosine to ANNEAL_FLOOR times itself by the last epoch. Adam at a
 constant rate spikes near convergence (its second moment shrinks, so its
 normalized step stays at the rate while the gradients it meets grow again);
 a rate that falls once the model is close stops that (psgd/train/defaults.py
@@ -18,7 +18,7 @@ import math
 from ..errors import UsageError
 
 KINDS = ("constant", "exponential", "anneal", "newbob")
-ANNEAL_FROM = 0.5
+ANNEAL_FROM = 1.0 / 3.0
 ANNEAL_FLOOR = 0.1
 
 

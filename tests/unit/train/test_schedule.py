@@ -10,16 +10,16 @@ from psgd.train.options import make_config
 from psgd.train.schedule import ANNEAL_FLOOR, Schedule
 
 
-def test_anneal_holds_for_half_the_epochs_then_falls_along_a_half_cosine_to_a_tenth():
+def test_anneal_holds_for_a_third_of_the_epochs_then_falls_along_a_half_cosine_to_a_tenth():
     s = Schedule("anneal", 0.004)
     fractions = [s.fraction(e, 30) for e in range(30)]
-    assert fractions[:16] == [1.0] * 16
-    assert fractions[16:] == sorted(fractions[16:], reverse=True)
+    assert fractions[:11] == [1.0] * 11
+    assert fractions[11:] == sorted(fractions[11:], reverse=True) and fractions[11] < 1
     assert fractions[22] == pytest.approx(ANNEAL_FLOOR + (1 - ANNEAL_FLOOR) * 0.5 *
-                                          (1 + math.cos(math.pi * 7 / 15)))
-    assert fractions[-1] == pytest.approx(0.11, abs=0.005)
+                                          (1 + math.cos(math.pi * 12 / 20)))
+    assert fractions[-1] == pytest.approx(0.105, abs=0.005)
     assert s.end_epoch(1.0) and s.lr == 0.004      # the base rate itself never moves
-    assert s.describe(30) == ", annealed to x0.1 over epochs 16-30"
+    assert s.describe(30) == ", annealed to x0.1 over epochs 11-30"
 
 
 def test_the_anneal_is_a_function_of_the_epoch_alone_so_a_resume_continues_it():
