@@ -72,6 +72,10 @@ def reconcile_resume(args, arrays, header, say):
     optimizer options given anew, write the new value into the state to be
     loaded; log every flag whose new value takes effect."""
     saved = header.get("config", {})
+    if args.lr_schedule is None and saved.get("lr_schedule") is not None:
+        # not given: the schedule the checkpoint trained under, by name (one
+        # written before the defaults by N named "constant" for every run)
+        args.lr_schedule = saved["lr_schedule"]
     for name in FIXED_ON_RESUME:
         if name in saved and not _same(getattr(args, name, None), saved[name]):
             if name == "model" and args.init:

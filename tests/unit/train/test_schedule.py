@@ -48,3 +48,18 @@ def test_asgd_at_4_workers_anneals_unless_a_schedule_is_given():
 def test_an_unknown_schedule_is_refused():
     with pytest.raises(UsageError, match="unknown lr schedule 'cosine'"):
         Schedule("cosine", 0.1)
+
+
+def test_a_resume_without_the_flag_keeps_the_checkpoints_named_schedule():
+    """A checkpoint written when the default was "constant" for every run
+    resumes under it, not under the trainer's default by N (asgd: anneal)."""
+    from psgd.train.consistency import reconcile_resume
+    args = make_config(algo="asgd")
+    reconcile_resume(args, {}, {"config": {"algo": "asgd", "lr_schedule": "constant"}}, False)
+    assert args.lr_schedule == "constant" and lr_schedule(args, 4) == "constant"
+    args = make_config(algo="asgd")
+    reconcile_resume(args, {}, {"config": {"algo": "asgd", "lr_schedule": None}}, False)
+    assert args.lr_schedule is None and lr_schedule(args, 4) == "anneal"
+    args = make_config(algo="asgd", lr_schedule="exponential")
+    with pytest.raises(UsageError, match="--lr-schedule exponential differs"):
+        reconcile_resume(args, {}, {"config": {"algo": "asgd", "lr_schedule": "constant"}}, False)
