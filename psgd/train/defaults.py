@@ -162,13 +162,11 @@ ASGD_MEAN_AT = (4,)
 
 def lr_schedule(args, num_workers):
     """The user's --lr-schedule, else anneal for asgd where it adds the mean
-    delta (asgd_mean), else constant. At asgd's 4e-3 a constant Adam rate
-    spikes once the model is close, even on one worker (train loss 0.011 ->
-    0.095 in one epoch); at 4 workers, 10 runs each, held-out falls over 3
-    points went from 6 runs (up to 17) to 3 (up to 3.7), the final accuracy
-    94.4 -> 94.9% (BENCHMARKS.md, issue 31). Annealing from half-way left
-    one fall of 10 just before it began; at 2, 3 and 5 workers (the sum of
-    the deltas, beta1 0.5) the anneal did not remove the falls."""
+    delta (asgd_mean), else constant: Adam at asgd's constant large-batch
+    rate spikes once the model is close (one worker at that rate does too),
+    and the stale deltas turn each spike into a fall of the center's
+    accuracy; elsewhere the anneal did not remove the falls (BENCHMARKS.md,
+    issue 31)."""
     if args.lr_schedule is not None:
         return args.lr_schedule
     return "anneal" if args.algo == "asgd" and asgd_mean(num_workers) else "constant"
