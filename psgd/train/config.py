@@ -15,7 +15,7 @@ import types
 from ..algorithms import REGISTRY
 from ..nnet import momentum_option
 from .defaults import (default_lr, default_sync_period, local_momentum, lr_rule_name, lr_scale,
-                       warmup_epochs)
+                       lr_schedule, warmup_epochs)
 from .options import algorithm_options
 from .roles import server_count
 
@@ -162,6 +162,7 @@ def resolve(args, size):
         Run: dict(servers=servers, size=size, num_workers=workers),
         Optimizer: dict(lr=base * scale, lr_scale=scale, lr_rule=lr_rule_name(args),
                         warmup_epochs=warmup_epochs(args), momentum=momentum),
+        Schedule: dict(lr_schedule=lr_schedule(args, workers)),
         Algorithm: dict(sync_period=args.sync_period or default_sync_period(args, workers),
                         options=types.MappingProxyType(algorithm_options(args, workers))),
     }

@@ -75,6 +75,8 @@ def reconcile_resume(flags, arrays, header, say):
     run's as a checkpoint records them (Trainer.recorded_flags)."""
     saved = header.get("config", {})
     for name in FIXED_ON_RESUME:
+        if name == "lr_schedule" and flags.lr_schedule is None:
+            continue    # not given: resumed_schedule
         if name in saved and not _same(getattr(flags, name, None), saved[name]):
             if name == "model" and flags.init:
                 continue    # --init names the model; the trainer took the file's
@@ -108,6 +110,16 @@ def reconcile_resume(flags, arrays, header, say):
         for name, old, new in changed:
             kaldi_log("resume: %s %s (the checkpoint's was %s) takes effect" % (
                 _flag(name), new, old), "setup")
+
+
+def resumed_schedule(flags, header):
+    """The schedule a resumed run trains under when --lr-schedule is not
+    given: the one its checkpoint names (a checkpoint written before the
+    defaults by N named "constant" for every run), else None (the default
+    by N)."""
+    if flags.lr_schedule is not None:
+        return None
+    return header.get("config", {}).get("lr_schedule")
 
 
 def warn_unused_gpu_ids(gpu_ids, backend_name, main):

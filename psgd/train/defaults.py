@@ -133,6 +133,18 @@ def asgd_mean(num_workers):
 ASGD_MEAN_AT = (4,)
 
 
+def lr_schedule(args, num_workers):
+    """The user's --lr-schedule, else anneal for asgd where it adds the mean
+    delta (asgd_mean), else constant: Adam at asgd's constant large-batch
+    rate spikes once the model is close (one worker at that rate does too),
+    and the stale deltas turn each spike into a fall of the center's
+    accuracy; elsewhere the anneal did not remove the falls (BENCHMARKS.md,
+    issue 31)."""
+    if args.lr_schedule is not None:
+        return args.lr_schedule
+    return "anneal" if args.algo == "asgd" and asgd_mean(num_workers) else "constant"
+
+
 # asgd below ASGD_DC_FROM workers, but at ASGD_MEAN_AT: with N workers each
 # delta lands about N - 1 center updates late, which acts like a momentum of
 # 1 - 1/N on top of the local optimizer's own (Mitliagkas et al., "Asynchrony

@@ -11,9 +11,9 @@ from .algorithm_flags import ALGORITHM_FLAGS
 from .defaults import WARMUP_EPOCHS, trainer_defaults
 from .model_files import writes_nnet1
 from .roles import server_count
+from .schedule import KINDS as SCHEDULES
 
 MODELS = ("cnn", "mlp", "lstm")
-SCHEDULES = ("constant", "exponential", "newbob")
 
 
 # Flags that act only beside another: None in the parser, so that giving one
@@ -70,7 +70,9 @@ def build_parser(prog="psgd-train"):
                         "with 2, 3 or 5 workers)")
     g.add_argument("--weight-decay", type=finite_float, default=0.0, help="L2 penalty")
     g.add_argument("--clip", type=finite_float, default=0.0, help="gradient-norm clipping (0: off)")
-    g.add_argument("--lr-schedule", choices=SCHEDULES, default="constant")
+    g.add_argument("--lr-schedule", choices=SCHEDULES, default=None,
+                   help="default constant; the trainer's asgd at 4 workers: anneal (the rate "
+                        "holds for a third of the epochs, then falls along a half cosine to a tenth)")
     g.add_argument("--lr-decay", type=finite_float, default=0.9, help="exponential: factor per epoch")
     g.add_argument("--newbob-start", type=finite_float, default=0.01,
                    help="newbob: start halving when the relative held-out loss gain is below this")

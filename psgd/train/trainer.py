@@ -150,7 +150,8 @@ class Trainer(mpi.Closeable):
         rule = "" if opt.lr_scale == 1 else \
             " (%s rule: x%.2f for %d workers, reached after %d warm-up epochs)" % (
                 opt.lr_rule, opt.lr_scale, self.config.run.num_workers, opt.warmup_epochs)
-        kaldi_log("%s lr %g%s%s" % (opt.optimizer, self.schedule.lr, momentum, rule), "setup")
+        kaldi_log("%s lr %g%s%s%s" % (opt.optimizer, self.schedule.lr, momentum, rule,
+                                      self.schedule.describe(self.config.run.epochs)), "setup")
         if any(d.skipped):
             kaldi_log("skipped utterances: %d with a label count that does not match their "
                       "frames, %d without targets" % d.skipped, "setup")
@@ -168,7 +169,8 @@ class Trainer(mpi.Closeable):
         start = time.time() - self.wall_offset
         row = {}
         for epoch in range(self.start_epoch, run.epochs):
-            lr = self.schedule.lr * warmup_factor(epoch, opt.lr_scale, opt.warmup_epochs)
+            lr = self.schedule.lr * self.schedule.fraction(epoch, run.epochs) * \
+                warmup_factor(epoch, opt.lr_scale, opt.warmup_epochs)
             self.parallel.begin_epoch(epoch, epoch == self.start_epoch, lr)
             train = self.parallel.train_epoch(epoch, progress, self.watchdog)
             self.timeline.arrive()
@@ -315,7 +317,8 @@ class Trainer(mpi.Closeable):
             self.parallel.load_checkpoint(arrays, header)
         if "best" in arrays:
             self.best = self.backend.xp.asarray(arrays["best"])
-        self.schedule.load(header["schedule"])
+        self.schedule.load(header["schedule"],
+                           consistency.resumed_schedule(self.recorded_flags(), header))
         if layout is not None and layout.changed:
             self._resized(layout, header)
         self.start_epoch, self.samples = header["epoch"] + 1, header["samples"]

@@ -58,13 +58,23 @@ def test_asgd_below_6_workers_takes_a_local_momentum_of_one_half(tmp_path):
     assert "nesterov lr 0.011547 momentum 0.8\n" in r.stdout
 
 
-def test_asgd_at_4_workers_adds_the_mean_delta_at_the_square_root_rate(tmp_path):
+def test_asgd_at_4_workers_adds_the_mean_delta_at_the_square_root_rate_annealed(tmp_path):
     """The exception to the rule above (docs/algorithms.md, the trainer's
-    defaults by N): at 4 workers the sum of the deltas collapsed."""
-    r = psgd_train(5, "--algo", "asgd", "--epochs", "1", *QUICK)
+    defaults by N): at 4 workers the sum of the deltas collapsed; the mean at
+    a constant rate spiked late, so the rate falls over the last two thirds."""
+    metrics = str(tmp_path / "m.jsonl")
+    r = psgd_train(5, "--algo", "asgd", "--epochs", "4", *QUICK, "--metrics", metrics)
     assert r.returncode == 0, r.stderr
     assert ("adam lr 0.004 beta1 0.9 (square-root rule: x2.00 for 4 "
-            "workers, reached after 0 warm-up epochs)") in r.stdout
+            "workers, reached after 0 warm-up epochs), annealed to x0.1 over epochs 3-4\n") \
+        in r.stdout
+    assert [row["lr"] for row in rows_of(metrics)] == pytest.approx(
+        [0.004, 0.004, 0.004 * 0.868, 0.004 * 0.378], abs=2e-5)
+    r = psgd_train(5, "--algo", "asgd", "--epochs", "2", *QUICK, "--metrics", metrics,
+                   "--lr-schedule", "constant")
+    assert r.returncode == 0, r.stderr
+    assert "annealed" not in r.stdout
+    assert [row["lr"] for row in rows_of(metrics)] == pytest.approx([0.004] * 2)
 
 
 def test_a_momentum_for_an_optimizer_without_one_is_an_error():
