@@ -111,22 +111,10 @@ def _has_momentum(optimizer):
 
 def asgd_mean(num_workers):
     """Whether the trainer's asgd adds the mean of the deltas (alpha = 1/N)
-    at the large-batch rate, square-root rule: at ASGD_MEAN_AT workers, where it was measured
-    better (at 2 workers it cost 0.8 points for smaller drops, 96.0 -> 95.2%,
-    largest drops 1.8-7.6 -> 3.4-5.6; at 5, 88.2% with one seed at 76.8%).
-
-    It replaced (issue 31) the sum of the deltas (alpha 1) at the rate /
-    sqrt(N) with Adam's beta1 0.5, which collapsed and recovered at any
-    epoch: at 4 workers 6 of 6 runs on held-out seeds fell 8-31 points
-    between two epochs. The same collapse came with the barrier at K = 4
-    (a synchronous sum: 12-14 points), so not from staleness; beta1 0.5
-    doubled it wherever deltas were combined (bsp too). The mean at the
-    rate x3 (bsp's rule) with the optimizer's own beta1 0.9, no warm-up: at
-    4 workers largest drops 1.8-2.5 points in 6 of 7 runs (one 9.1), final
-    95.1% on seeds 1-3 (one worker 95.4%) and 96.2% on held-out 4-6 (one
-    worker 94.4%); BENCHMARKS.md has the sweep and 2 / 5 workers. At the
-    default seed, beside two busy loops, x3 ended 90.7-95.2% in 6 runs (CI's
-    acceptance run once 90.8-93.2%), x2 94.4-95.7% in 6, so x2 it is."""
+    at the square-root large-batch rate with the optimizer's own momentum:
+    at ASGD_MEAN_AT workers, where the sum of the deltas collapsed and
+    recovered at any epoch, synchronous or not (at 2 and 5 workers the mean
+    measured worse)."""
     return num_workers in ASGD_MEAN_AT
 
 
@@ -148,34 +136,14 @@ def lr_schedule(args, num_workers):
 # asgd below ASGD_DC_FROM workers, but at ASGD_MEAN_AT: with N workers each
 # delta lands about N - 1 center updates late, which acts like a momentum of
 # 1 - 1/N on top of the local optimizer's own (Mitliagkas et al., "Asynchrony
-# begets momentum", 2016), so 0.9 locally overshot the summed deltas: the
-# center swung 5-10 points between epochs. The trainer takes a local
-# momentum of 0.5 and the rate / sqrt(N). Gap to one worker, mean of seeds 1-3, MNIST-1D, in points, at
-# 2 / 3 / 4 / 5 workers: momentum 0.9 and rate / N (the old default) 0.3 /
-# 0.8 / 1.9 and 2.3 / 9.1; 0.5 and rate / sqrt(N) 0.7 / -0.1 / 0.2 and 0.2 /
-# 0.4. At 4 workers and the default seed: 85.1-92.8% in 16 runs -> 94.0-95.4%
-# in 12, of which 6 and 6 beside two busy loops (one worker 96.1%). Also at 4
-# workers: Adam's beta1 0 at rate / 4 9.5, at rate / 2 0.5, at rate / 1.5
-# 0.3; beta1 1 - N/10 at rate / sqrt(N) 9.2 (one seed at 68%); the
-# SGD-momentum optimizer (mu 0.9, rate / 4 -> 0.5, rate / 2) 19.3 -> 4.7
-# behind its own one worker (96.9%). masgd, whose server momentum is the
-# center's, did not move (beta1 0.5 at 4 workers: 3.5 -> 3.2).
+# begets momentum", 2016), so the trainer takes a local momentum of 0.5 and
+# the rate / sqrt(N).
 ASYNC_LOCAL_MOMENTUM = 0.5
 
 
 # asgd: below this many workers, no compensation (see ASYNC_LOCAL_MOMENTUM);
-# from it on, dc at the undivided rate: at 6 / 7 workers, at the rate /
-# sqrt(N), the local momentum 0.5 measured 7.0 / 16.2, and 0.4 / 0.3 gave 1.4
-# and 5.4 / 3.4 and 3.5 in two sweeps (single seeds 87.3-95.1%), where dc
-# measured 3.2 / 3.7 (91.3-93.3%) and the old rate / N 10.9 / 18.5. Earlier,
-# on MNIST-1D (30 epochs, seeds 1 / 2, one worker 96.5% / 95.1%): at 4
-# workers dc at rate / 4 cost 4.6 / 4.7 points (94.8 -> 90.2, 91.6 -> 86.9)
-# and dc at the rate 92.1% (seed 1); at 8 workers the rate / 8 was too slow
-# (78.1% / 76.6%), a larger one diverged without compensation (rate / 2.8:
-# 35%, rate / 2: 27%; with Adam's beta1 0 at rate / 2: 53% mean), and dc at
-# the full rate gave 90.8% / 88.2%. masgd: dc at every N (8 workers: 29.8% ->
-# 89.1%; 4 workers, seeds 1 / 2: 91.1 / 88.0% -> 91.6 / 89.9%); scale was
-# behind dc at 8 workers (asgd 89.3-90.9%, masgd 86.5%).
+# from it on, delay compensation at the undivided rate, where the local
+# momentum and smaller rates swung or stalled. masgd: dc at every N.
 ASGD_DC_FROM = 6
 
 
