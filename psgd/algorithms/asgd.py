@@ -41,13 +41,6 @@ OPTIONS = {"alpha": Option(1.0, positive, help="the center's gain on a delta (de
 class AsgdServer(Server):
     name = "asgd"
     OPTIONS = OPTIONS
-    alpha: float
-    barrier_period: int
-    staleness_compensation: str   # staleness.OPTIONS
-    dc_lambda: float
-    compression: str              # compressed.OPTIONS
-    compression_block: int
-    compression_start: int
 
     def initialized(self):
         self.held = []                 # workers whose reply waits for the barrier
@@ -121,13 +114,6 @@ class Asgd(ServerWorker):
     OPTIONS = OPTIONS
     server = AsgdServer
     WORKER_STATE = ("w_prev",)
-    alpha: float
-    barrier_period: int
-    staleness_compensation: str   # staleness.OPTIONS
-    dc_lambda: float
-    compression: str              # compressed.OPTIONS
-    compression_block: int
-    compression_start: int
 
     def initialized(self):
         self.previous = self.buffer.like()      # w_prev: the x last pulled

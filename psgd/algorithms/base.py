@@ -77,11 +77,9 @@ class Algorithm(mpi.Closeable):
                               if stat_buffer is not None and stat_buffer.size else None)
         self.syncs = 0
         self.samples = 0
-        declared = self.declared_options()
         for key, value in options.items():
-            if key not in declared:   # a reader must find self.<option> in the class
-                raise TypeError("%s: option %r is not declared in the class (add "
-                                "`%s: type` beside OPTIONS)" % (type(self).__name__, key, key))
+            if key not in self.OPTIONS:     # self.<option> is declared once, in OPTIONS
+                raise TypeError("%s: option %r is not in its OPTIONS" % (type(self).__name__, key))
             setattr(self, key, value)
 
     def make_exchange(self, buffer):
@@ -100,14 +98,6 @@ class Algorithm(mpi.Closeable):
         self.exchange = self.make_exchange(self.buffer)
         if self.stat_exchange is not None:
             self.stat_exchange = self.make_exchange(self.stat_buffer)
-
-    @classmethod
-    def declared_options(cls):
-        """The option attributes the class declares (annotations beside OPTIONS)."""
-        names = set()
-        for klass in cls.__mro__:
-            names.update(vars(klass).get("__annotations__", {}))
-        return names
 
     @property
     def params(self):

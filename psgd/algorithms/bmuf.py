@@ -41,13 +41,6 @@ class Bmuf(CollectiveWorker):
         **compressed.OPTIONS,
     }
     GLOBAL_STATE = ("global_model", "block_momentum", "block_start")
-    block_momentum: float   # eta
-    block_lr: float         # zeta
-    nesterov: bool
-    reset_local_state: bool
-    compression: str            # compressed.OPTIONS
-    compression_block: int
-    compression_start: int
 
     @property
     def clears_local_state(self):

@@ -18,10 +18,6 @@ class Bsp(CollectiveWorker):
                                    help="the average's weights: each worker's sample count "
                                         "(default), or uniform over the workers that trained"),
                **compressed.OPTIONS}
-    weighting: str
-    compression: str            # compressed.OPTIONS
-    compression_block: int
-    compression_start: int
 
     def initialized(self):
         self.start_model = self.buffer.like() if self.compressed is not None else None

@@ -31,7 +31,6 @@ class EasgdServer(Server):
     name = "easgd"
     OPTIONS = OPTIONS
     in_pieces = False           # its update follows the reply: pieces.py says why
-    alpha: float
 
     def serve(self, rank):
         reply = self.syncs                      # the worker gets x before this update
@@ -47,7 +46,6 @@ class Easgd(ServerWorker):
                       "(compression serves bsp, bmuf, sod and syncgrad)")
     OPTIONS = OPTIONS
     server = EasgdServer
-    alpha: float
 
     def initialized(self):
         super().initialized()

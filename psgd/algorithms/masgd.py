@@ -58,10 +58,6 @@ class MasgdServer(AsgdServer):
     # the delayed update's open period restarts at another N (its deltas are
     # in the center already: only that period's momentum step is skipped)
     WORKER_STATE = ("period_sum", "in_period")
-    momentum: float
-    scope: str
-    delayed: bool
-    delay_period: int
 
     def is_global_state(self, key):
         # one v per worker (scope = worker) is a worker's own; the shared one global
@@ -142,10 +138,6 @@ class Masgd(Asgd):
     name = "masgd"
     OPTIONS = OPTIONS
     server = MasgdServer
-    momentum: float
-    scope: str
-    delayed: bool
-    delay_period: int
 
     @classmethod
     def resolve_options(cls, options, size, servers=1):

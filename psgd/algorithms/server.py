@@ -74,7 +74,6 @@ class Server(GivingUp, Algorithm):
     server_based = True
     in_pieces = True            # model messages in pieces.server_piece() elements
     GLOBAL_STATE = SHARDED_STATE = ("center",)
-    poll_max_sleep: float       # SERVER_OPTIONS
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -25,7 +25,6 @@ class ServerWorker(Algorithm):
 
     server_based = True
     server = None   # the Server subclass rank 0 runs
-    poll_max_sleep: float       # SERVER_OPTIONS: the longest sleep of await_server too
 
     @classmethod
     def for_rank(cls, rank, servers=1):

@@ -40,15 +40,8 @@ class Sod(CollectiveWorker):
         **compressed.OPTIONS,
     }
     GLOBAL_STATE = ("global_model", "steps", "velocity", "second_moment")
-    outer: str
-    outer_lr: float
-    outer_momentum: float
     beta1: float
     beta2: float
-    eps: float
-    compression: str            # compressed.OPTIONS
-    compression_block: int
-    compression_start: int
 
     def initialized(self):
         self.global_model = self.buffer.like()

@@ -35,9 +35,6 @@ class SyncGrad(CollectiveWorker):
     needs_grads = True
     grad_tail = 2       # elements behind the gradients: [COUNT, BAD]
     OPTIONS = dict(compressed.OPTIONS)
-    compression: str            # compressed.OPTIONS
-    compression_block: int
-    compression_start: int
 
     def compressed_size(self):
         return self.grad_buffer.size - self.grad_tail
