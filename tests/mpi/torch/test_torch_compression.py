@@ -1,0 +1,149 @@
+"""psgd.torch syncgrad compressed in its buckets (docs/algorithms.md,
+"Compression on the wire"): each bucket a striped, error-fed sum of its own,
+bit for bit the serial replay of the contract on every rank, for every
+quantizer and bucket size, with unused parameters, accumulation and ranks
+out of data; the residuals kept as syncgrad's state in the gradients'
+layout; bmuf and sod compressed through DistributedOptimizer as through the
+NumPy API; a bad compression value named in one line on every rank."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import psgd  # noqa: E402
+import psgd.torch  # noqa: E402
+from compression_replay import Replay  # noqa: E402
+from psgd import kernels  # noqa: E402
+from torch_models import LR, cnn, counts, flat, targets  # noqa: E402
+
+pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.timeout(120)]
+
+KINDS = ["fp16", "bf16", "1bit"]
+BUCKETS_MB = [0, 3e-5, 25]      # one per tensor (6), three, one for the whole model
+BLOCK = 16                      # 1bit: several blocks per stripe
+
+
+def everything(k, t, i):
+    return True
+
+
+class BucketReplay:
+    """The contract per bucket: every rank's e_k and every owner's r_j of
+    each bucket's striped sum, fed b_k * g_k (g_k as autograd leaves it)."""
+
+    def __init__(self, kind, P, bounds):
+        self.bounds = bounds
+        self.sums = [Replay(kind, P, hi - lo, np.float32, BLOCK) for lo, hi in bounds]
+
+    def mean(self, w, bs, grads):
+        """G / b: G the buckets' compressed sums, b the summed count."""
+        G = np.empty_like(w)
+        for (lo, hi), r in zip(self.bounds, self.sums):
+            for k, b_k in enumerate(bs):
+                if b_k:
+                    kernels.axpy(r.e[k], b_k, grads[k][lo:hi])
+            G[lo:hi] = r.sum()
+        G /= np.float32(max(sum(bs), 1))
+        return G
+
+    def worker_residual(self, k):
+        """e_k of every bucket in the gradients' layout (buckets are cut from its end)."""
+        return np.concatenate([r.e[k] for _, r in sorted(zip(self.bounds, self.sums),
+                                                         key=lambda pair: pair[0])])
+
+
+def backward(model, rank, t, part, used):
+    """loss = sum over the used parameters of 0.5 |p - goal|^2."""
+    goal = targets(model, rank, 10 * t + part)
+    loss = sum(0.5 * ((p - torch.as_tensor(g)) ** 2).sum()
+               for i, (p, g) in enumerate(zip(model.parameters(), goal)) if used(rank, t, i))
+    loss.backward()
+
+
+def gradient(model, w, rank, t, used, parts):
+    """What backward leaves in .grad: the sum over parts of w - goal (0
+    where unused), accumulated in torch's order."""
+    g = [np.zeros(p.shape, np.float32) for p in model.parameters()]
+    for part in range(parts):
+        goal = targets(model, rank, 10 * t + part)
+        for i, (gi, gl) in enumerate(zip(g, goal)):
+            if used(rank, t, i):
+                gi += np.subtract(w[i], gl)
+    return np.concatenate([a.ravel() for a in g])
+
+
+def train(comm, kind, bucket_mb, steps, used=everything, active=lambda k, t: True,
+          parts=1):
+    """DistributedOptimizer over syncgrad with `kind`; after every step its
+    gradients (the mean) and the replay's, on every rank alike."""
+    P, rank = comm.size, comm.rank
+    model = cnn(seed=rank)
+    sync = psgd.torch.create("syncgrad", model, comm=comm, bucket_mb=bucket_mb,
+                             compression=kind, compression_block=BLOCK)
+    opt = psgd.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR), sync)
+    n = sum(p.numel() for p in model.parameters())
+    replay = BucketReplay(kind, P, [(b.lo, min(b.hi, n)) for b in sync.buckets.buckets])
+    out = []
+    for t in range(steps):
+        w = [p.detach().numpy().copy() for p in model.parameters()]
+        bs = [counts(k, t) if active(k, t) else 0 for k in range(P)]
+        if bs[rank]:
+            opt.zero_grad()
+            opt.samples = bs[rank]
+            for part in range(parts - 1):
+                with opt.no_sync():
+                    backward(model, rank, t, part, used)
+            backward(model, rank, t, parts - 1, used)
+            opt.step()
+        else:       # out of data: what opt.stop() does in each of its rounds
+            assert sync.synchronize(0)
+            opt.local_step()
+        got = flat(p.grad for p in model.parameters())
+        expected = replay.mean(np.concatenate([a.ravel() for a in w]), bs,
+                               [gradient(model, w, k, t, used, parts) for k in range(P)])
+        out.append((got.tobytes() == expected.tobytes(), t))
+    residual = sync.state_dict()["residual_worker"]
+    out.append((residual.tobytes() == replay.worker_residual(rank).tobytes(), "residual"))
+    everyone = comm.allgather(out)
+    assert everyone == [[(True, t) for _, t in out]] * P, everyone
+    return sync
+
+
+@pytest.mark.parametrize("bucket_mb", BUCKETS_MB)
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_bucket_is_the_replayed_compressed_sum(comm, kind, bucket_mb):
+    sync = train(comm, kind, bucket_mb, 4)
+    assert len(sync.buckets.buckets) == {0: 6, 3e-5: 3, 25: 1}[bucket_mb]
+    assert sync.algorithm.compressed.parts.keys() == {b.lo for b in sync.buckets.buckets}
+    sync.stop(0)
+
+
+@pytest.mark.parametrize("bucket_mb", [0, 25])
+def test_unused_parameters_accumulation_and_ranks_out_of_data(comm, bucket_mb):
+    """Rank 1 leaves the BatchNorm weight out, every rank the last bias in
+    step 1; three backward passes per step; the last rank runs out of data
+    after 2 steps and sums with b_k = 0 (its residual still goes out)."""
+    last = comm.size - 1
+
+    def used(k, t, i):
+        return not (k == 1 and i == 2) and not (t == 1 and i == 5)
+    sync = train(comm, "1bit", bucket_mb, 4, used=used, parts=3,
+                 active=lambda k, t: k != last or t < 2)
+    sync.stop(0)
+
+
+@pytest.mark.parametrize("bad,named", [("2bit", "compression"), ("4bit", "compression"),
+                                       (0, "compression_block")])
+def test_a_bad_compression_value_is_one_line_on_every_rank(comm, bad, named):
+    """One rank's bad value (the last rank's, or every rank's) stops them all."""
+    options = {"compression": "1bit"}
+    if named == "compression_block":
+        options["compression_block"] = bad
+    elif bad == "2bit" or comm.rank == comm.size - 1:
+        options["compression"] = bad
+    model = cnn(seed=comm.rank)
+    before = flat(model.parameters())
+    with pytest.raises(psgd.UsageError) as caught:
+        psgd.torch.create("syncgrad", model, comm=comm, **options)
+    text = str(caught.value)
+    assert "\n" not in text and named in text and str(bad) in text, text
+    np.testing.assert_array_equal(flat(model.parameters()), before)
