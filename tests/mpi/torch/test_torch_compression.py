@@ -147,3 +147,59 @@ def test_a_bad_compression_value_is_one_line_on_every_rank(comm, bad, named):
     text = str(caught.value)
     assert "\n" not in text and named in text and str(bad) in text, text
     np.testing.assert_array_equal(flat(model.parameters()), before)
+
+
+def test_compression_start_steps_go_plain(comm):
+    """compression_start=2: the first two steps' means are the plain ones."""
+    def means(**options):
+        model = cnn(seed=comm.rank)
+        sync = psgd.torch.create("syncgrad", model, comm=comm, bucket_mb=0, **options)
+        opt = psgd.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR), sync)
+        seen = []
+        for t in range(3):
+            opt.zero_grad()
+            backward(model, comm.rank, t, 0, everything)
+            opt.step()
+            seen.append(flat(p.grad for p in model.parameters()).tobytes())
+        opt.stop()
+        return seen
+    plain, warm = means(), means(compression="1bit", compression_start=2)
+    assert warm[:2] == plain[:2] and warm[2] != plain[2]
+
+
+@pytest.mark.parametrize("name,options", [("bmuf", {}), ("sod", {"outer": "sgd",
+                                                                 "outer_lr": 0.6})])
+def test_block_algorithms_compress_through_the_optimizer_as_through_numpy(comm, name, options):
+    """bmuf and sod compress psgd.torch's flat buffer with their own
+    options: DistributedOptimizer (a sync every 2 steps) leaves the model
+    the NumPy API leaves, driven by the same torch steps."""
+    options = dict(options, compression="1bit", compression_block=BLOCK)
+    rank = comm.rank
+    model = cnn(seed=rank)
+    sync = psgd.torch.create(name, model, comm=comm, **options)
+    opt = psgd.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR), sync,
+                                          every=2)
+    ref = psgd.create(name, [p.detach().numpy().copy() for p in cnn(seed=rank).parameters()],
+                      comm=comm, **options)
+    tensors = [torch.from_numpy(a).requires_grad_() for a in ref.params]
+    ref_opt, since = torch.optim.SGD(tensors, lr=LR), 0
+    for t in range(6):
+        goal = targets(model, rank, t)
+        opt.samples = counts(rank, t)
+        opt.zero_grad()
+        sum(0.5 * ((p - torch.as_tensor(g)) ** 2).sum()
+            for p, g in zip(model.parameters(), goal)).backward()
+        opt.step()
+        ref_opt.zero_grad()
+        sum(0.5 * ((p - torch.as_tensor(g)) ** 2).sum() for p, g in zip(tensors, goal)).backward()
+        ref_opt.step()
+        since += counts(rank, t)
+        if t % 2 == 1:
+            assert ref.synchronize(since)
+            since = 0
+    opt.stop()
+    ref.stop(0)
+    assert "residual_worker" in sync.state_dict()
+    same = flat(model.parameters()).tobytes() == flat(tensors).tobytes()
+    assert comm.allgather(same) == [True] * comm.size
+    ref.close()
