@@ -3,8 +3,9 @@
 bit for bit the serial replay of the contract on every rank, for every
 quantizer and bucket size, with unused parameters, accumulation and ranks
 out of data; the residuals kept as syncgrad's state in the gradients'
-layout; bmuf and sod compressed through DistributedOptimizer as through the
-NumPy API; a bad compression value named in one line on every rank."""
+layout (checkpointed, zeroed by reset_to); compression_start; bmuf and sod
+compressed through DistributedOptimizer as through the NumPy API; a bad
+compression value named in one line on every rank."""
 import numpy as np
 import pytest
 
@@ -203,3 +204,19 @@ def test_block_algorithms_compress_through_the_optimizer_as_through_numpy(comm, 
     same = flat(model.parameters()).tobytes() == flat(tensors).tobytes()
     assert comm.allgather(same) == [True] * comm.size
     ref.close()
+
+
+def test_bucket_residuals_checkpoint_and_reset(comm):
+    """The buckets' residuals load back into the same layout; a model
+    loaded through sync.load_state_dict (reset_to) zeroes every bucket's."""
+    sync = train(comm, "1bit", 0, 2)
+    state = sync.state_dict()
+    assert state["residual_worker"].any() and len(sync.algorithm.compressed.parts) == 6
+    again = psgd.torch.create("syncgrad", cnn(seed=comm.rank), comm=comm, bucket_mb=0,
+                              compression="1bit", compression_block=BLOCK)
+    again.algorithm.load_state_dict(state)
+    assert all(again.state_dict()[k].tobytes() == v.tobytes() for k, v in state.items())
+    again.load_state_dict(again.model.state_dict() if comm.rank == 0 else None)
+    assert not any(v.any() for v in again.state_dict().values())
+    for s in (sync, again):
+        s.stop(0)
