@@ -175,21 +175,27 @@ class Buckets:
     def reduce(self, b_k):
         """SyncGrad's reduction of this step: the buckets started from
         backward are waited for, then the rest are summed here, in order
-        (the transfer thread is idle then: one thread calls MPI at a time)."""
+        (the transfer thread is idle then: one thread calls MPI at a time).
+        A bucket's error (a compressed overflow, raised on every rank) is
+        raised once every bucket is summed: ranks whose hooks started
+        different buckets before it still post the same collectives."""
         armed = self._count
         if armed is None:
             self.algorithm.open_sync(b_k)
+        errors = []
         try:
             for bucket in self.buckets:
-                bucket.wait()
+                _waited(bucket, errors)
             for k in range(self._next, len(self.buckets)):
                 for i in self.buckets[k].members:
                     if not self._landed[i]:
                         self._adopt(i)
                 self._start(self.buckets[k], now=True)
-                self.buckets[k].wait()
+                _waited(self.buckets[k], errors)
         finally:
             self._reset()
+        if errors:
+            raise errors[0]
         if armed is not None and b_k != armed:
             raise UsageError("synchronize(%r) after a backward whose gradients left weighted "
                              "by %r samples (DistributedOptimizer's count)" % (b_k, armed))
@@ -207,3 +213,10 @@ class Buckets:
         self.algorithm.grad_buffer.data.fill(0)
         for p, view in zip(self.params, self.views):
             p.grad = view
+
+
+def _waited(bucket, errors):
+    try:
+        bucket.wait()
+    except Exception as exc:    # raised by reduce() once every bucket is summed
+        errors.append(exc)

@@ -220,3 +220,23 @@ def test_bucket_residuals_checkpoint_and_reset(comm):
     assert not any(v.any() for v in again.state_dict().values())
     for s in (sync, again):
         s.stop(0)
+
+
+@pytest.mark.parametrize("bucket_mb", [0, 25])
+def test_fp16_overflow_in_a_bucket_names_the_step_on_every_rank(comm, bucket_mb):
+    model = cnn(seed=comm.rank)
+    sync = psgd.torch.create("syncgrad", model, comm=comm, bucket_mb=bucket_mb,
+                             compression="fp16")
+    opt = psgd.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR), sync)
+    for t in range(3):
+        opt.zero_grad()
+        if t == 2 and comm.rank == comm.size - 1:      # a gradient of 1e6 in bucket 0
+            (model[-1].bias * 1e6).sum().backward()
+        else:
+            backward(model, comm.rank, t, 0, everything)
+        if t < 2:
+            opt.step()
+    with pytest.raises(psgd.UsageError, match=r"^compression=fp16: sync 3 has a value "
+                                              r"beyond fp16's range"):
+        opt.step()
+    sync.close()
