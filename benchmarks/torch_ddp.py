@@ -13,7 +13,9 @@ linked at 1 Gb/s (bin/psgd-local-cluster, ranks split evenly):
 - psgd syncgrad as before DistributedOptimizer ("syncgrad_late"): the
   user's loop calls sync.synchronize(batch) after backward, so every sum
   starts then and nothing hides under backward;
-- psgd bmuf and easgd (a sync every 4 steps, their defaults): model averaging.
+- psgd bmuf and easgd (a sync every 4 steps, their defaults): model averaging;
+- on request (PSGD_BENCH_TORCH_MODES), psgd syncgrad with its buckets
+  compressed ("syncgrad_fp16", "syncgrad_1bit": compression from the first step).
 
 The runs are interleaved: each repetition runs every mode once per
 setting, the modes' order rotating from one repetition to the next, and
@@ -38,7 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import torch_ddp_report  # noqa: E402
 
-MODES = ("ddp", "syncgrad", "syncgrad_late", "bmuf", "easgd")
+MODES = torch_ddp_report.MODES[:5]        # run by default; PSGD_BENCH_TORCH_MODES: others
 TARGET = 0.90                             # held-out accuracy of cluster_torch's time-to
 MODELS = {"cnn": 256, "wide": 32768}      # the hidden layer's width
 CALIBRATION_STEPS = 8
@@ -75,7 +77,7 @@ def child(argv):
     import psgd.torch
     from psgd.data import load_mnist1d, shard_range
     p = common.child_args()
-    p.add_argument("--mode", choices=MODES + ("sod",), required=True)
+    p.add_argument("--mode", choices=torch_ddp_report.MODES + ("sod",), required=True)
     p.add_argument("--model", choices=sorted(MODELS), default="cnn")
     p.add_argument("--hidden", type=int, default=None,
                    help="the FC layer's width (default: --model's)")
@@ -103,14 +105,16 @@ def child(argv):
         workers, k, quiet = comm.size, comm.rank, trained.no_sync
     else:
         trained = model
-        sync = psgd.torch.create(args.mode.replace("_late", ""), model, comm=comm)
+        kind = torch_ddp_report.COMPRESSION.get(args.mode)
+        grads = args.mode.startswith("syncgrad")
+        sync = psgd.torch.create("syncgrad" if grads else args.mode, model, comm=comm,
+                                 **({"compression": kind} if kind else {}))
         workers, k = sync.N, comm.rank - (comm.size - sync.N)
         if sync.role != "server" and args.mode != "syncgrad_late":
             opt = psgd.torch.DistributedOptimizer(
-                opt, sync, samples=args.batch,
-                every=None if args.mode == "syncgrad" else args.blocks)
-        quiet = {"syncgrad": getattr(opt, "no_sync", None),
-                 "syncgrad_late": sync.no_sync}.get(args.mode, _nothing)
+                opt, sync, samples=args.batch, every=None if grads else args.blocks)
+        quiet = _nothing if not grads else (
+            sync.no_sync if args.mode == "syncgrad_late" else opt.no_sync)
     serving = sync is not None and sync.role == "server"
     lo, hi = shard_range(len(d["y_train"]), max(k, 0), workers)
     steps = len(d["y_train"]) // workers // args.batch
@@ -280,6 +284,11 @@ def run(quick=False):
                               "Skipped: torch is not installed (`pip install -e '.[torch]'`).",
                               ["torch vs DDP: skipped, no torch"])
     reps = 1 if quick else int(os.environ.get("PSGD_BENCH_TORCH_REPS", "3"))
+    modes = tuple(os.environ.get("PSGD_BENCH_TORCH_MODES", ",".join(MODES)).split(","))
+    unknown = sorted(set(modes) - set(torch_ddp_report.MODES))
+    if unknown:
+        raise SystemExit("PSGD_BENCH_TORCH_MODES: unknown mode(s) %s; valid: %s" % (
+            ", ".join(unknown), ", ".join(torch_ddp_report.MODES)))
     epochs = 1 if quick else 3
     why_not = cluster_problem()
     hosts = (1,) if quick or why_not else (1, 2)
@@ -290,8 +299,8 @@ def run(quick=False):
     try:
         for rep in range(reps):
             for setting in settings(quick, hosts):
-                shift = rep % len(MODES)
-                for mode in MODES[shift:] + MODES[:shift]:
+                shift = rep % len(modes)
+                for mode in modes[shift:] + modes[:shift]:
                     name = "%s np %d %s, %d host%s" % (mode, setting[1], setting[2],
                                                         setting[0], "s"[:setting[0] > 1])
                     out = common.result_path("torch_ddp_%s_%s_np%d_h%d.json" % (

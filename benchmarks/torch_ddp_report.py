@@ -5,9 +5,12 @@ and the per-step breakdown."""
 import common
 
 TITLE = "PyTorch: psgd against DistributedDataParallel"
-MODES = ("ddp", "syncgrad", "syncgrad_late", "bmuf", "easgd")
+MODES = ("ddp", "syncgrad", "syncgrad_late", "bmuf", "easgd", "syncgrad_fp16", "syncgrad_1bit")
 NAMES = {"ddp": "DDP (gloo)", "syncgrad": "psgd syncgrad", "syncgrad_late":
-         "psgd syncgrad, sums after backward", "bmuf": "psgd bmuf", "easgd": "psgd easgd"}
+         "psgd syncgrad, sums after backward", "bmuf": "psgd bmuf", "easgd": "psgd easgd",
+         "syncgrad_fp16": "psgd syncgrad, fp16 buckets",
+         "syncgrad_1bit": "psgd syncgrad, 1bit buckets"}
+COMPRESSION = {"syncgrad_fp16": "fp16", "syncgrad_1bit": "1bit"}    # the mode's compression=
 
 
 def spread(values, fmt):
@@ -30,8 +33,8 @@ def breakdown(r):
     out = {"forward": fwd, "backward alone": alone.get("backward"), "backward": bwd,
            "wait": wait if r["mode"].startswith("syncgrad") else None, "step": step.get("step"),
            "exposed": None, "sums alone": r.get("sums_alone"), "hidden": None}
-    if bwd is not None and alone.get("backward") is not None and r["mode"] in (
-            "ddp", "syncgrad", "syncgrad_late"):
+    if bwd is not None and alone.get("backward") is not None and (
+            r["mode"] == "ddp" or r["mode"].startswith("syncgrad")):
         out["exposed"] = max(0.0, bwd + wait - alone["backward"])
         if out["sums alone"] is not None:
             out["hidden"] = max(0.0, out["sums alone"] - out["exposed"])

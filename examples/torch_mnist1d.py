@@ -2,6 +2,8 @@
 (marked) in an ordinary torch training loop, as with Horovod or DDP.
 
     .venv/bin/mpirun -np 4 .venv/bin/python examples/torch_mnist1d.py --algo bmuf
+    .venv/bin/mpirun -np 4 .venv/bin/python examples/torch_mnist1d.py --algo syncgrad \
+        --compression 1bit --compression-start 100      # for slow links
 
 The model and defaults are `python -m psgd.worker`'s (CNN 32,32,32 + FC 256,
 Adam 2e-3, minibatch 32, 30 epochs, 4 minibatches per sync). For easgd, asgd
@@ -18,6 +20,7 @@ from mpi4py import MPI
 import psgd.torch                                                     # psgd 1/3
 from psgd.data import load_mnist1d, shard_range
 from psgd.agreement import abort_on_error
+from psgd.compression import KINDS
 
 
 def mnist1d_cnn(channels=(32, 32, 32), hidden=256, classes=10, length=40):
@@ -47,6 +50,9 @@ def main():
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--blocks", type=int, default=4, help="minibatches per sync")
     p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--compression", default="none", choices=KINDS,
+                   help="quantize what is summed or pushed, with error feedback (not easgd)")
+    p.add_argument("--compression-start", type=int, default=0, help="syncs sent uncompressed first")
     args = p.parse_args()
     abort_on_error()                  # an error on one rank ends the job, no hang
     torch.set_num_threads(1)
@@ -55,7 +61,9 @@ def main():
     d = {k: torch.from_numpy(getattr(data, k)) for k in ("x_train", "y_train", "x_test", "y_test")}
     model = mnist1d_cnn()
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
-    sync = psgd.torch.create(args.algo, model)                        # psgd 2/3
+    compress = {} if args.compression == "none" else dict(           # its options, if any
+        compression=args.compression, compression_start=args.compression_start)
+    sync = psgd.torch.create(args.algo, model, **compress)            # psgd 2/3
     start = time.perf_counter()
     if sync.role == "server":
         sync.run()

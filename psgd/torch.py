@@ -47,7 +47,9 @@ def create(name, model, comm=None, buffers=False, bucket_mb=None, **options):
     changes its model. `options` are the algorithm's (docs/algorithms.md).
     `bucket_mb` (syncgrad): megabytes of gradients per sum (default 25, as
     DDP; 0: one bucket per tensor). syncgrad's buckets are summed through
-    MPI: `exchange` other than mpi is refused with syncgrad."""
+    MPI: `exchange` other than mpi is refused with syncgrad. `compression`
+    (fp16 | bf16 | 1bit; model on the CPU): each bucket is a compressed sum
+    of its own, with its own error-feedback residuals."""
     comm = mpi.communicator(comm)
     error = plan = None
     try:
@@ -57,9 +59,6 @@ def create(name, model, comm=None, buffers=False, bucket_mb=None, **options):
                 raise UsageError("psgd.torch syncgrad sums its buckets through MPI; "
                                  "exchange=%r is not supported with it" % options["exchange"])
             options["exchange"] = "mpi"
-            if options.get("compression", "none") != "none":
-                raise UsageError("psgd.torch syncgrad: compression of its bucketed sums is not "
-                                 "built yet (bsp, bmuf and sod compress under psgd.torch)")
     except UsageError as exc:
         error = exc
     agreement.agree(comm, error)

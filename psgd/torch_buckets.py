@@ -5,6 +5,8 @@ through their methods).
 The flat gradient buffer is cut into buckets: contiguous ranges, taken from
 its end, since backward produces the last parameters' gradients first; the
 count syncgrad folds into the sum (its two tail elements) rides in bucket 0.
+Under compression each bucket is a compressed sum of its own (SyncGrad.
+compress_in_parts): its residuals, its stripes, the count in its headers.
 A hook on each parameter marks its gradient landed; a bucket starts its sum
 on psgd's transfer thread (Exchange.allreduce_async) once all its gradients
 have landed and every bucket before it has started, so every rank starts
@@ -43,19 +45,19 @@ def bucket_bytes(bucket_mb, needs_grads):
 class Bucket:
     """Elements [lo, hi) of the gradient buffer, and the parameters whose
     gradients lie there. start() sends it, wait() returns once its sum
-    (divided by the summed count) is in place. A compressed exchange
-    replaces `exchange` (anything with allreduce_async(before, after))."""
+    (divided by the summed count) is in place. Compressed, the algorithm
+    sums it (start_compressed: its own residuals, the count in the headers)."""
 
     def __init__(self, exchange, lo, hi, members):
         self.exchange, self.lo, self.hi, self.members = exchange, lo, hi, members
         self._handle = None
 
-    def start(self, before, after):
-        self._handle = self.exchange.allreduce_async(*self._shifted(before, after))
+    def start(self, before, after, here=False):
+        """`here`: in the caller, at once (it would only wait anyway)."""
+        self._handle = self.exchange.allreduce_async(*self._shifted(before, after), here=here)
 
-    def run(self, before, after):
-        """start() and wait() in the caller, which would only wait anyway."""
-        self.exchange.allreduce_async(*self._shifted(before, after), here=True).wait()
+    def start_compressed(self, algorithm, here=False):
+        self._handle = algorithm.sum_compressed_async(self.lo, self.hi, here=here)
 
     def _shifted(self, before, after):
         lo = self.lo
@@ -103,6 +105,8 @@ class Buckets:
                         for lo, hi, m in layout([p.numel() for p in params], wire.tail,
                                                 wire.dtype.itemsize, bucket_bytes)]
         self._bucket_of = {i: k for k, b in enumerate(self.buckets) for i in b.members}
+        if algorithm.compressed is not None:    # each bucket its own residuals
+            algorithm.compress_in_parts([(b.lo, b.hi) for b in self.buckets])
         self.expect = None      # () -> this step's count, read when its backward begins
         self.deferred = False   # no_sync(): gradients accumulate, nothing starts
         self._reset()
@@ -155,6 +159,10 @@ class Buckets:
             self._start(self.buckets[self._next])
 
     def _start(self, bucket, now=False):
+        self._next += 1
+        if self.algorithm.compressing():    # host buffers only (refused on a GPU)
+            bucket.start_compressed(self.algorithm, here=now)
+            return
         fold = self.algorithm.fold
         if self._device_event is not None:      # the gradients' kernels, then the sum
             event = self._device_event()
@@ -162,26 +170,32 @@ class Buckets:
             def fold(lo, hi, fold=fold):
                 event.synchronize()
                 fold(lo, hi)
-        (bucket.run if now else bucket.start)(fold, self.algorithm.unfold)
-        self._next += 1
+        bucket.start(fold, self.algorithm.unfold, here=now)
 
     def reduce(self, b_k):
         """SyncGrad's reduction of this step: the buckets started from
         backward are waited for, then the rest are summed here, in order
-        (the transfer thread is idle then: one thread calls MPI at a time)."""
+        (the transfer thread is idle then: one thread calls MPI at a time).
+        A bucket's error (a compressed overflow, raised on every rank) is
+        raised once every bucket is summed: ranks whose hooks started
+        different buckets before it still post the same collectives."""
         armed = self._count
         if armed is None:
             self.algorithm.open_sync(b_k)
+        errors = []
         try:
             for bucket in self.buckets:
-                bucket.wait()
+                _waited(bucket, errors)
             for k in range(self._next, len(self.buckets)):
                 for i in self.buckets[k].members:
                     if not self._landed[i]:
                         self._adopt(i)
                 self._start(self.buckets[k], now=True)
+                _waited(self.buckets[k], errors)
         finally:
             self._reset()
+        if errors:
+            raise errors[0]
         if armed is not None and b_k != armed:
             raise UsageError("synchronize(%r) after a backward whose gradients left weighted "
                              "by %r samples (DistributedOptimizer's count)" % (b_k, armed))
@@ -199,3 +213,10 @@ class Buckets:
         self.algorithm.grad_buffer.data.fill(0)
         for p, view in zip(self.params, self.views):
             p.grad = view
+
+
+def _waited(bucket, errors):
+    try:
+        bucket.wait()
+    except Exception as exc:    # raised by reduce() once every bucket is summed
+        errors.append(exc)

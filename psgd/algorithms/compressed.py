@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import kernels
 from ..compression import KINDS, StripedSum, quantizer
+from ..compression.feedback import joined_state, load_joined
 from ..errors import UsageError
 from . import two_level
 from .option import Option, positive
@@ -46,13 +47,29 @@ def buffer_problem(options, buffer):
 class Compression:
     """One collective worker's compressed sums of its flat buffer: the
     striped exchange (in two levels across hosts: two_level.py), its
-    residuals, and a scratch for the start point (each allocated once)."""
+    residuals, and a scratch for the start point (each allocated once).
+    split() cuts it into independent sums of consecutive ranges (psgd.torch's
+    buckets), each with its own stripes and residuals."""
 
     def __init__(self, comm, size, dtype, kind, block, start):
         self.kind, self.start = kind, start
-        q = quantizer(kind, block)
-        self.striped = two_level.make(comm, size, dtype, q) or StripedSum(comm, size, dtype, q)
+        self._comm, self._dtype, self._q = comm, dtype, quantizer(kind, block)
+        self.striped = two_level.make(comm, size, dtype, self._q) or \
+            StripedSum(comm, size, dtype, self._q)
+        self.parts = {0: self.striped}     # the sums, by their range's first element
         self._scratch = None
+
+    def split(self, ranges):
+        """Sum each of `ranges` ((lo, hi), consecutive, covering the buffer)
+        on its own from now on: its stripes and 1-bit blocks start at lo,
+        its residuals start at 0 (the whole buffer's, never written yet,
+        are left to the allocator's untouched pages)."""
+        self.parts = {lo: self._sum_of(hi - lo) for lo, hi in ranges}
+
+    def _sum_of(self, size):
+        if isinstance(self.striped, two_level.TwoLevelSum):     # the same host split
+            return two_level.TwoLevelSum(self.striped.levels, size, self._dtype, self._q)
+        return StripedSum(self._comm, size, self._dtype, self._q)
 
     @property
     def scratch(self):
@@ -64,17 +81,23 @@ class Compression:
 
     @property
     def residual(self):
-        """e_k: add c_k to it, then sum()."""
+        """e_k of the whole buffer (not split): add c_k to it, then sum()."""
         return self.striped.feedback.worker
+
+    def residual_at(self, lo):
+        """e_k of the part starting at element lo."""
+        return self.parts[lo].feedback.worker
 
     def applies(self, sync):
         """Whether sync number `sync` (from 0) is compressed."""
         return sync >= self.start
 
-    def sum(self, out, sync, count=0, bad=0):
-        """out <- G; (sum of count, sum of bad) exactly. An overflow on any
-        rank is a UsageError on every rank, naming the sync (from 1)."""
-        count, bad, overflow = self.striped.sum(out, count, bad)
+    def sum(self, out, sync, count=0, bad=0, at=0, wait=None):
+        """out <- G of the part starting at element `at` (the whole buffer
+        unless split); (sum of count, sum of bad) exactly. An overflow on any
+        rank is a UsageError on every rank, naming the sync (from 1).
+        `wait`: StripedSum.sum's."""
+        count, bad, overflow = self.parts[at].sum(out, count, bad, wait)
         if overflow:
             raise UsageError(
                 "compression=%s: sync %d has a value beyond %s, an inf or a NaN (the model "
@@ -92,17 +115,23 @@ class Compression:
             e += d
         kernels.blockwise(add, self.residual, w, s)
 
+    def _feedbacks(self):
+        return [self.parts[lo].feedback for lo in sorted(self.parts)]
+
     def zero(self):
-        self.striped.feedback.zero()
+        for feedback in self._feedbacks():
+            feedback.zero()
 
     def state_dict(self):
-        return self.striped.feedback.state_dict()
+        """The residuals under one sum's keys, split or not (e_k in the
+        buffer's layout)."""
+        return joined_state(self._feedbacks())
 
     def load_state_dict(self, state):
-        self.striped.feedback.load_state_dict(state)
+        load_joined(self._feedbacks(), state)
 
     def close(self):
-        """Collective: frees the host split of a two-level sum."""
+        """Collective: frees the host split of a two-level sum (its parts share it)."""
         if isinstance(self.striped, two_level.TwoLevelSum):
             self.striped.close()
 

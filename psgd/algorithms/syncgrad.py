@@ -14,12 +14,14 @@ fold() and unfold() work on any range of the buffer.
 Compressed (compressed.py), the tail cannot ride in 1-bit data: each rank
 adds b_k * g_k to its residual, the striped sum carries [b_k, bad] exactly
 in its message headers, and the tail receives their sums, so unfold() and
-close_sync() see what the plain sum would give them.
+close_sync() see what the plain sum would give them. A reducer's pieces are
+compressed sums of their own (compress_in_parts): each with its residuals,
+each carrying the count, still one exchange per piece and nothing else.
 """
 import numpy as np
 from mpi4py import MPI
 
-from .. import agreement, kernels, mpi, pipeline, trace
+from .. import agreement, kernels, mpi, mpi_async, pipeline, trace
 from ..buffers import FlatBuffer, host_copy
 from ..errors import CollectiveUsageError, UsageError
 from . import compressed
@@ -85,11 +87,31 @@ class SyncGrad(CollectiveWorker):
                            from_end=True)
 
     def _compressed_reduce(self):
-        g, tail = self._wire[:self._wire.size + COUNT], self._wire[COUNT:]
+        self.sum_compressed(0, self._wire.size)
+
+    def compress_in_parts(self, bounds):
+        """A reducer's ranges [lo, hi) of the wire (psgd.torch's buckets),
+        each summed on its own from now on (sum_compressed), with its own
+        residuals: the algorithm's state, split."""
+        n = self._wire.size + COUNT
+        self.compressed.split([(lo, min(hi, n)) for lo, hi in bounds])
+
+    def sum_compressed(self, lo, hi, wait=None):
+        """The compressed sum of the wire's range [lo, hi) (the whole wire,
+        or one of compress_in_parts'): b_k * g added to its residual, G in
+        its place, the headers' exact count in the tail, then unfold. Every
+        range carries the count, so each divides by it on its own."""
+        g = self._wire[lo:min(hi, self._wire.size + COUNT)]
         if self._b_k:       # a worker out of data adds nothing, whatever its grads hold
-            kernels.axpy(self.compressed.residual, self._b_k, g)
-        tail[:] = self.compressed.sum(g, self.syncs, self._b_k, self._problem is not None)
-        self.unfold(0, g.size)
+            kernels.axpy(self.compressed.residual_at(lo), self._b_k, g)
+        self._wire[COUNT:] = self.compressed.sum(g, self.syncs, self._b_k,
+                                                 self._problem is not None, at=lo, wait=wait)
+        self.unfold(lo, hi)
+
+    def sum_compressed_async(self, lo, hi, here=False):
+        """sum_compressed on psgd's transfer thread (Exchange.allreduce_async's
+        Handle); it polls, sleeping between tests, so backward keeps the cores."""
+        return mpi_async.start(lambda: self.sum_compressed(lo, hi, _polled), None, here)
 
     def open_sync(self, b_k):
         """Check b_k (a bad one is flagged in the tail, so every rank raises
@@ -173,3 +195,7 @@ class SyncGrad(CollectiveWorker):
                 array[...] = host
             else:
                 array.set(host)     # a device array
+
+
+def _polled(request):
+    mpi_async.poll(request.Test)

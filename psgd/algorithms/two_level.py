@@ -66,16 +66,17 @@ class TwoLevelSum:
             self.striped, self.feedback = None, ErrorFeedback(size, 0, dtype)
         self.totals = np.zeros(HEADER, np.int64)
 
-    def _leaders_sum(self, out):
+    def _leaders_sum(self, out, wait):
         def inter_sum(leaders, u, totals):
-            totals[:] = self.striped.sum(out, int(totals[0]), int(totals[1]))
+            totals[:] = self.striped.sum(out, int(totals[0]), int(totals[1]), wait)
         return inter_sum
 
-    def sum(self, out, count=0, bad=0):
-        """out <- G on every rank; (sum of count, sum of bad, overflows)."""
+    def sum(self, out, count=0, bad=0, wait=None):
+        """out <- G on every rank; (sum of count, sum of bad, overflows).
+        `wait`: the striped sum's, between the leaders."""
         totals = self.totals
         totals[:] = (count, bad, 0)
-        self.levels.sum(self.feedback.worker, self._leaders_sum(out), totals, result=out)
+        self.levels.sum(self.feedback.worker, self._leaders_sum(out, wait), totals, result=out)
         if not self.levels.is_leader:
             self.feedback.worker.fill(0)    # sent: its host's leader carries the residual
         return int(totals[0]), int(totals[1]), int(totals[2])

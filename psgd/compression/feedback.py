@@ -22,17 +22,40 @@ class ErrorFeedback:
         self.owner.fill(0)
 
     def state_dict(self):
-        return {PREFIX + "_worker": self.worker.copy(), PREFIX + "_owner": self.owner.copy()}
+        return joined_state([self])
 
     def load_state_dict(self, state):
         """Residuals of this rank's own checkpoint; absent ones (another
         rank count, or a checkpoint without compression) start at 0."""
-        for key, array in ((PREFIX + "_worker", self.worker), (PREFIX + "_owner", self.owner)):
-            value = state.get(key)
-            if value is not None and np.shape(value) == array.shape:
-                array[...] = value
-            else:
-                array.fill(0)
+        load_joined([self], state)
+
+
+KINDS = (PREFIX + "_worker", "worker"), (PREFIX + "_owner", "owner")
+
+
+def joined_state(feedbacks):
+    """The residuals of sums over consecutive ranges of one buffer (a
+    reducer's buckets, in buffer order) under one sum's keys: each kind
+    concatenated, so e_k keeps the buffer's layout."""
+    return {key: np.concatenate([getattr(f, kind) for f in feedbacks])
+            for key, kind in KINDS}
+
+
+def load_joined(feedbacks, state):
+    """joined_state's inverse; a kind of another length (another rank count
+    or bucket layout: other stripes), or absent, starts at 0."""
+    for key, kind in KINDS:
+        arrays = [getattr(f, kind) for f in feedbacks]
+        value = state.get(key)
+        if value is not None and np.shape(value) == (sum(a.size for a in arrays),):
+            value = np.asarray(value)
+            lo = 0
+            for a in arrays:
+                a[...] = value[lo:lo + a.size]
+                lo += a.size
+        else:
+            for a in arrays:
+                a.fill(0)
 
 
 def is_residual(key):

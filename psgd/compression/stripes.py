@@ -57,19 +57,22 @@ class StripedSum:
     def _payload(self, wire, offset, size):
         return wire[offset + HEADER_BYTES:offset + size]
 
-    def sum(self, out, count=0, bad=0):
+    def sum(self, out, count=0, bad=0, wait=None):
         """out <- G = concat_j D(p_j), where u_k = feedback.worker (the
         caller added c_k to it: e_k <- u_k - D(q_k) here). `count`, `bad`:
-        summed exactly in the headers. Returns (sum of count, sum of bad,
-        overflows)."""
+        summed exactly in the headers. `wait(request)`: completes each of
+        the two collectives (default: MPI's Wait; psgd's transfer thread
+        passes a poll that sleeps between tests, so it leaves the cores to
+        backward). Returns (sum of count, sum of bad, overflows)."""
+        wait = wait or MPI.Request.Wait
         e, ok = self.feedback.worker, True
         for (lo, hi), offset, size in zip(self.bounds, self.offsets, self.sizes):
             ok = self.q.encode(e[lo:hi], self._payload(self.send, offset, size)) and ok
             self._header(self.send, offset)[:] = (count, bad, not ok)
         mine = self.sizes[self.rank]
-        self.comm.Alltoallv([self.send, (self.sizes, self.offsets), MPI.BYTE],
-                            [self.recv, ([mine] * self.P, [k * mine for k in range(self.P)]),
-                             MPI.BYTE])
+        wait(self.comm.Ialltoallv([self.send, (self.sizes, self.offsets), MPI.BYTE],
+                                  [self.recv, ([mine] * self.P,
+                                               [k * mine for k in range(self.P)]), MPI.BYTE]))
         totals = np.zeros(HEADER, np.int64)
         S = self.stripe_sum
         for k in range(self.P):
@@ -80,8 +83,8 @@ class StripedSum:
         own = self.offsets[self.rank]
         totals[2] += not self.q.encode(r, self._payload(self.gathered, own, mine))
         self._header(self.gathered, own)[:] = totals
-        self.comm.Allgatherv(MPI.IN_PLACE, [self.gathered, (self.sizes, self.offsets),
-                                            MPI.BYTE])
+        wait(self.comm.Iallgatherv(MPI.IN_PLACE, [self.gathered, (self.sizes, self.offsets),
+                                                  MPI.BYTE]))
         result = np.zeros(HEADER, np.int64)
         for (lo, hi), offset, size in zip(self.bounds, self.offsets, self.sizes):
             result += self._header(self.gathered, offset)

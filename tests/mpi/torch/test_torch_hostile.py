@@ -56,11 +56,8 @@ def test_14_a_state_dict_that_does_not_fit_is_named_key_by_key_in_one_line(comm,
     sync.close()
 
 
-def test_bucketed_syncgrad_refuses_compression_and_bmuf_takes_it(comm):
-    """syncgrad's buckets would bypass the compressed sum: refused, not ignored."""
-    model = Pair("ab")
-    with pytest.raises(psgd.UsageError, match="syncgrad: compression of its bucketed sums"):
-        psgd.torch.create("syncgrad", model, comm=comm, compression="1bit")
+def test_bmuf_takes_compression(comm):
+    """(syncgrad's buckets: tests/mpi/torch/test_torch_compression.py)"""
     with psgd.torch.create("bmuf", Pair("ab"), comm=comm, compression="1bit") as sync:
         sync.synchronize(1)
         assert "residual_worker" in sync.algorithm.state_dict()
