@@ -39,7 +39,9 @@ class SyncGrad(CollectiveWorker):
     OPTIONS = dict(compressed.OPTIONS)
 
     def compressed_size(self):
-        return self.grad_buffer.size - self.grad_tail
+        """The gradients, without the count's tail (before and after
+        initialized() cuts the tail from grad_buffer)."""
+        return self.grad_buffer.size - self.grad_buffer.tail
 
     def initialized(self):
         # The gradients, as users see them, and the wire: them and the tail.

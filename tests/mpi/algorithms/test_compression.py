@@ -69,6 +69,7 @@ def test_syncgrad_replays_the_contract(comm, kind):
     sync = psgd.create("syncgrad", initial(), comm=comm, grads=grads, compression=kind,
                        compression_block=50)
     r = Replay(kind, size, SIZE, np.float32, 50)
+    assert sync.compressed_size() == SIZE      # the gradients, not the count's tail
     plans = [counts(j, size) for j in range(size)]
     flat = sync.grad_buffer.data
     for t in range(5):
