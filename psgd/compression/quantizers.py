@@ -11,6 +11,7 @@ A quantized stripe is self-contained: its bytes depend on its elements only.
 import numpy as np
 
 from ..kernels import BLOCK
+from .one_bit import OneBit
 
 FP16_MAX = 65504.0
 EXPONENT32 = np.uint32(0x7F800000)
@@ -161,93 +162,6 @@ class Bf16(_TwoBytes):
                 out[lo:hi] += rs.view(np.float32)
             else:
                 np.copyto(out[lo:hi], rs.view(np.float32), casting="safe")
-
-
-class OneBit:
-    """Per block of B elements (from the stripe's first one; the last may be
-    shorter): bit = u >= 0, D gives the 1-bits the mean of the block's
-    non-negative u and the 0-bits the mean of its negative u (0 for an empty
-    class; Seide et al.'s reconstruction, per block). Wire: the bits packed
-    eight to a byte, first element in the lowest bit, padded to 4 bytes; then
-    [mean of 1-bits, mean of 0-bits] as float32 per block."""
-    name = "1bit"
-
-    def __init__(self, block=512):
-        self.block = int(block)
-        # whole quantizer blocks, and whole bytes of bits, per pass
-        self.step = self.block * 8 * max(1, BLOCK // (8 * self.block))
-
-    def _bits_bytes(self, n):
-        return (n + 7) // 8 + (-((n + 7) // 8)) % 4
-
-    def nbytes(self, n):
-        return self._bits_bytes(n) + 8 * (-(-n // self.block))
-
-    def _parts(self, wire, n):
-        nb = self._bits_bytes(n)
-        return wire[:nb], wire[nb:self.nbytes(n)].view(np.float32).reshape(-1, 2)
-
-    def _rows(self, lo, hi):
-        """(blocks, B) row views of [lo, hi): the whole blocks, then the short one."""
-        B = self.block
-        whole = (hi - lo) // B * B
-        if whole:
-            yield lo, lo + whole, B
-        if lo + whole < hi:
-            yield lo + whole, hi, hi - lo - whole
-
-    def encode(self, u, wire):
-        bits, means = self._parts(wire, u.size)
-        ok, scratch = True, _Scratch(self.step)
-        with np.errstate(over="ignore", invalid="ignore"):
-            for lo, hi in _blocks(u.size, self.step):
-                ok = ok and bool(np.isfinite(u[lo:hi]).all())
-                positive = u[lo:hi] >= 0
-                bits[lo // 8:(hi + 7) // 8] = np.packbits(positive, bitorder="little")
-                for a, b, width in self._rows(lo, hi):
-                    rows = u[a:b].reshape(-1, width)
-                    up = positive[a - lo:b - lo].reshape(-1, width)
-                    m = means[a // self.block:a // self.block + rows.shape[0]]
-                    ones = np.count_nonzero(up, axis=1)
-                    m[:, 0] = np.maximum(rows, 0).sum(axis=1) / np.maximum(ones, 1)
-                    m[:, 1] = np.minimum(rows, 0).sum(axis=1) / np.maximum(width - ones, 1)
-                    rows -= _select(up, m, scratch.rows(rows.shape))
-        return ok and bool(np.isfinite(means).all())
-
-    def decode(self, wire, out, add=False):
-        bits, means = self._parts(wire, out.size)
-        scratch = _Scratch(self.step)
-        for lo, hi in _blocks(out.size, self.step):
-            up = np.unpackbits(bits[lo // 8:(hi + 7) // 8], count=hi - lo,
-                               bitorder="little").view(bool)
-            for a, b, width in self._rows(lo, hi):
-                m = means[a // self.block:a // self.block + (b - a + width - 1) // width]
-                rows = out[a:b].reshape(-1, width)
-                if add:
-                    rows += _select(up[a - lo:b - lo].reshape(-1, width), m,
-                                    scratch.rows(rows.shape))
-                else:
-                    _select(up[a - lo:b - lo].reshape(-1, width), m, scratch.rows(rows.shape))
-                    np.copyto(rows, scratch.rows(rows.shape), casting="safe")
-
-
-class _Scratch:
-    """A float32 block to decode one pass into, cut to each rows shape."""
-
-    def __init__(self, size):
-        self.data = np.empty(size, np.float32)
-
-    def rows(self, shape):
-        return self.data[:shape[0] * shape[1]].reshape(shape)
-
-
-def _select(up, means, out):
-    """out <- the 1-bits' mean where up, the 0-bits' elsewhere: as
-    up * high + (not up) * low, exact (one term is 0) and, on NumPy, some
-    times faster than np.where with broadcast means."""
-    np.multiply(up, means[:, :1], out=out)
-    out += np.multiply(~up, means[:, 1:])
-    return out
 
 
 QUANTIZERS = {"fp16": lambda block: Fp16(), "bf16": lambda block: Bf16(), "1bit": OneBit}
