@@ -12,10 +12,11 @@ means: an inf or NaN input makes its block's sum, so its mean, non-finite.
 import numpy as np
 
 from ..kernels import BLOCK
+from .scratch import Scratch
 
 # 32768 float32 (128 KiB) per pass: the block and its four word-sized
 # scratch arrays stay in a 1 MiB L2 cache together.
-STEP = BLOCK // 4
+STEP = BLOCK
 
 
 class OneBit:
@@ -31,6 +32,7 @@ class OneBit:
         self.block = int(block)
         # whole quantizer blocks, and whole bytes of bits, per pass
         self.step = self.block * 8 * max(1, STEP // (8 * self.block))
+        self.scratch = Scratch(self.step)
 
     def _bits_bytes(self, n):
         return (n + 7) // 8 + (-((n + 7) // 8)) % 4
@@ -54,7 +56,7 @@ class OneBit:
     def encode(self, u, wire):
         """Q(u) into wire, u <- u - D(Q(u)); False when a value is not finite."""
         bits, means = self._parts(wire, u.size)
-        s = _Scratch(min(u.size, self.step), u.dtype)
+        s = _Scratch(self.scratch, min(u.size, self.step), u.dtype)
         with np.errstate(over="ignore", invalid="ignore"):
             for lo in range(0, u.size, self.step):
                 hi = min(lo + self.step, u.size)
@@ -92,7 +94,7 @@ class OneBit:
 
     def decode(self, wire, out, add=False):
         bits, means = self._parts(wire, out.size)
-        s = _Scratch(min(out.size, self.step), out.dtype)
+        s = _Scratch(self.scratch, min(out.size, self.step), out.dtype)
         for lo in range(0, out.size, self.step):
             hi = min(lo + self.step, out.size)
             mask = s.mask[:hi - lo]
@@ -115,12 +117,12 @@ class _Scratch:
     classes' parts, in words the size of the buffer's elements (int32 or
     int64)."""
 
-    def __init__(self, size, dtype):
+    def __init__(self, scratch, size, dtype):
         self.dtype = np.dtype(dtype)
         self.word = np.int32 if self.dtype.itemsize == 4 else np.int64
-        self.up = np.empty(size, bool)
-        self.mask = np.empty(size, self.word)
-        self.parts = np.empty((2, size), self.word)
+        self.up = scratch.get("up", size, bool)
+        self.mask = scratch.get("mask", size, self.word)
+        self.parts = scratch.get("parts", size, self.word, rows=2)
 
     def pick(self, words, means, out):
         """out <- each element's mean as words: the 1-bits' where words is

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..kernels import BLOCK
 from .one_bit import OneBit
+from .scratch import Scratch
 
 FP16_MAX = 65504.0
 EXPONENT32 = np.uint32(0x7F800000)
@@ -38,6 +39,12 @@ def _as_float32(u, scratch):
 class _TwoBytes:
     """A format of 2 bytes per element."""
 
+    def __init__(self):
+        self.scratch = Scratch(BLOCK)
+
+    def _arrays(self, n, names, dtype=np.uint32):
+        return [self.scratch.get(name, min(n, BLOCK), dtype) for name in names]
+
     def nbytes(self, n):
         return 2 * n
 
@@ -52,27 +59,27 @@ class Fp16(_TwoBytes):
     def encode(self, u, wire):
         """Q(u) into wire, u <- u - D(Q(u)); False when a value overflowed."""
         half, ok = wire[:2 * u.size].view(np.uint16), True
-        n = min(u.size, BLOCK)
-        f32, a, b, c = np.empty(n, np.float32), *(np.empty(n, np.uint32) for _ in range(3))
+        (f32,), (where,) = self._arrays(u.size, "f", np.float32), self._arrays(u.size, "w", bool)
+        a, b, c, d = self._arrays(u.size, "abcd")
         with np.errstate(over="ignore", invalid="ignore"):
             for lo, hi in _blocks(u.size):
                 k = hi - lo
                 x = _as_float32(u[lo:hi], f32)
-                bits = _to_half_bits(x.view(np.uint32), a[:k], b[:k], c[:k])
+                bits = _to_half_bits(x.view(np.uint32), a[:k], b[:k], c[:k], d[:k], where[:k])
                 # all exponent bits set: an inf or a NaN
                 ok = ok and not ((bits & 0x7C00) == 0x7C00).any()
                 np.copyto(half[lo:hi], bits, casting="unsafe")
-                u[lo:hi] -= _from_half_bits(bits, b[:k], c[:k]).view(np.float32)
+                u[lo:hi] -= _from_half_bits(bits, b[:k], c[:k], d[:k], where[:k]).view(np.float32)
         return ok
 
     def decode(self, wire, out, add=False):
         half = wire[:2 * out.size].view(np.uint16)
-        n = min(out.size, BLOCK)
-        a, b, c = (np.empty(n, np.uint32) for _ in range(3))
+        a, b, c, d = self._arrays(out.size, "abcd")
+        (where,) = self._arrays(out.size, "w", bool)
         for lo, hi in _blocks(out.size):
             k = hi - lo
             np.copyto(a[:k], half[lo:hi], casting="safe")
-            value = _from_half_bits(a[:k], b[:k], c[:k]).view(np.float32)
+            value = _from_half_bits(a[:k], b[:k], c[:k], d[:k], where[:k]).view(np.float32)
             if add:
                 out[lo:hi] += value
             else:
@@ -86,11 +93,29 @@ _DENORM = np.uint32(((127 - 15) + (23 - 10) + 1) << 23)   # adding 2^-1 aligns f
 _HALF_NORMAL_MIN = np.uint32(113 << 23)                  # 2^-14 as float32 bits
 _HALF_OVERFLOW = np.uint32((127 + 16) << 23)             # 2^16: inf once rounded
 _INF32 = np.uint32(0x7F800000)
+_EXPONENT16 = np.uint32(0x7C00 << 13)                    # fp16's exponent, shifted to float32's
 
 
-def _to_half_bits(bits, out, f, t):
+def _blend(out, alt, where, words):
+    """out <- alt where `where` (bool), out elsewhere; alt and words are
+    overwritten. Subnormal halves sit among normal ones wherever error-fed
+    values live, and on such a mixed mask np.where and where= run 25-35x a
+    pass (an inner-loop call per run of equal mask values): there the
+    choice is made with bit masks; a few elements keep where=."""
+    count = np.count_nonzero(where)
+    if count * 64 <= where.size:
+        if count:
+            np.copyto(out, alt, where=where)
+        return
+    np.negative(where.view(np.int8), out=words.view(np.int32), casting="unsafe")
+    alt ^= out
+    alt &= words
+    out ^= alt
+
+
+def _to_half_bits(bits, out, f, t, m, where):
     """The fp16 bits of float32 `bits` into `out` (uint32), rounded to
-    nearest even; f and t are scratch of the same size."""
+    nearest even; f, t, m and `where` (bool) are scratch of the same size."""
     np.bitwise_and(bits, _ABS32, out=f)
     np.right_shift(f, 13, out=out)        # the lowest kept mantissa bit: ties to even
     out &= 1
@@ -99,7 +124,8 @@ def _to_half_bits(bits, out, f, t):
     out >>= 13
     np.add(f.view(np.float32), _DENORM.view(np.float32), out=t.view(np.float32))
     t -= _DENORM
-    np.copyto(out, t, where=f < _HALF_NORMAL_MIN)
+    _blend(out, t, np.less(f, _HALF_NORMAL_MIN, out=where), m)
+    # inf and NaN: rare, so where= meets long runs and stays fast
     np.copyto(out, 0x7C00, where=f >= _HALF_OVERFLOW)
     np.copyto(out, 0x7E00, where=f > _INF32)
     np.right_shift(bits, 16, out=t)
@@ -108,17 +134,19 @@ def _to_half_bits(bits, out, f, t):
     return out
 
 
-def _from_half_bits(h, out, t):
-    """The float32 bits of fp16 bits `h` (uint32) into `out`; t is scratch."""
+def _from_half_bits(h, out, t, v, where):
+    """The float32 bits of fp16 bits `h` (uint32) into `out`; t, v and
+    `where` (bool) are scratch."""
     np.bitwise_and(h, 0x7FFF, out=out)
     out <<= 13
-    np.bitwise_and(out, np.uint32(0x7C00 << 13), out=t)      # the exponent
+    np.bitwise_and(out, _EXPONENT16, out=t)
     out += np.uint32((127 - 15) << 23)
-    np.add(out, np.uint32((128 - 16) << 23), out=out, where=t == np.uint32(0x7C00 << 13))
-    sub = t == 0
-    np.add(out, np.uint32(1 << 23), out=out, where=sub)
-    np.subtract(out.view(np.float32), _HALF_NORMAL_MIN.view(np.float32), out=out.view(np.float32),
-                where=sub)
+    np.add(out, np.uint32((128 - 16) << 23), out=out, where=t == _EXPONENT16)
+    # a subnormal half (exponent 0) is 2^-14 less than the normal float
+    # with its mantissa: exact, all operands normal
+    np.add(out, np.uint32(1 << 23), out=v)
+    np.subtract(v.view(np.float32), _HALF_NORMAL_MIN.view(np.float32), out=v.view(np.float32))
+    _blend(out, v, np.equal(t, 0, out=where), t)
     np.bitwise_and(h, 0x8000, out=t)
     t <<= 16
     out |= t
@@ -132,8 +160,7 @@ class Bf16(_TwoBytes):
 
     def encode(self, u, wire):
         top, ok = wire[:2 * u.size].view(np.uint16), True
-        f32 = np.empty(min(u.size, BLOCK), np.float32)
-        r = np.empty(min(u.size, BLOCK), np.uint32)
+        (f32,), (r,) = self._arrays(u.size, "f", np.float32), self._arrays(u.size, "r")
         with np.errstate(over="ignore", invalid="ignore"):
             for lo, hi in _blocks(u.size):
                 bits = _as_float32(u[lo:hi], f32).view(np.uint32)
@@ -153,7 +180,7 @@ class Bf16(_TwoBytes):
 
     def decode(self, wire, out, add=False):
         top = wire[:2 * out.size].view(np.uint16)
-        r = np.empty(min(out.size, BLOCK), np.uint32)
+        (r,) = self._arrays(out.size, "r")
         for lo, hi in _blocks(out.size):
             rs = r[:hi - lo]
             np.copyto(rs, top[lo:hi], casting="safe")
