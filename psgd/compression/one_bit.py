@@ -1,7 +1,7 @@
 """1-bit SGD's quantizer: a sign bit per element, two means per block.
 
-Blocked passes as psgd/kernels.py's updates, on the float32 bits: the
-class masks are int32 0 / -1 words, so splitting a block into its
+Blocked passes as psgd/kernels.py's updates, on the floats' bits: the
+class masks are words of all zeros or all ones, so splitting a block into its
 non-negative and negative parts and picking each element's mean are bitwise
 ands and xors. NumPy's alternatives each cost a multiple of that pass:
 np.maximum / np.minimum (NaN handling), bool * float (a cast per element),

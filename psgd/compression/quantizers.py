@@ -96,17 +96,19 @@ _INF32 = np.uint32(0x7F800000)
 _EXPONENT16 = np.uint32(0x7C00 << 13)                    # fp16's exponent, shifted to float32's
 
 
-def _blend(out, alt, where, words):
-    """out <- alt where `where` (bool), out elsewhere; alt and words are
-    overwritten. Subnormal halves sit among normal ones wherever error-fed
-    values live, and on such a mixed mask np.where and where= run 25-35x a
-    pass (an inner-loop call per run of equal mask values): there the
-    choice is made with bit masks; a few elements keep where=."""
+def _blend(out, where, make, alt, words):
+    """out <- make's values where `where` (bool), out elsewhere; make(dst,
+    where) writes them into dst (ufuncs' where=). Subnormal halves sit among
+    normal ones wherever error-fed values live, and on such a mixed mask
+    np.where and where= run 25-35x a pass (an inner-loop call per run of
+    equal mask values): there make fills all of `alt` and bit masks choose
+    (alt and words are scratch); a few elements keep where=."""
     count = np.count_nonzero(where)
     if count * 64 <= where.size:
         if count:
-            np.copyto(out, alt, where=where)
+            make(out, where)
         return
+    make(alt, True)
     np.negative(where.view(np.int8), out=words.view(np.int32), casting="unsafe")
     alt ^= out
     alt &= words
@@ -122,9 +124,12 @@ def _to_half_bits(bits, out, f, t, m, where):
     out += _REBIAS
     out += f
     out >>= 13
-    np.add(f.view(np.float32), _DENORM.view(np.float32), out=t.view(np.float32))
-    t -= _DENORM
-    _blend(out, t, np.less(f, _HALF_NORMAL_MIN, out=where), m)
+
+    def subnormal(dst, where):
+        np.add(f.view(np.float32), _DENORM.view(np.float32), out=dst.view(np.float32),
+               where=where)
+        np.subtract(dst, _DENORM, out=dst, where=where)
+    _blend(out, np.less(f, _HALF_NORMAL_MIN, out=where), subnormal, t, m)
     # inf and NaN: rare, so where= meets long runs and stays fast
     np.copyto(out, 0x7C00, where=f >= _HALF_OVERFLOW)
     np.copyto(out, 0x7E00, where=f > _INF32)
@@ -142,11 +147,14 @@ def _from_half_bits(h, out, t, v, where):
     np.bitwise_and(out, _EXPONENT16, out=t)
     out += np.uint32((127 - 15) << 23)
     np.add(out, np.uint32((128 - 16) << 23), out=out, where=t == _EXPONENT16)
-    # a subnormal half (exponent 0) is 2^-14 less than the normal float
-    # with its mantissa: exact, all operands normal
-    np.add(out, np.uint32(1 << 23), out=v)
-    np.subtract(v.view(np.float32), _HALF_NORMAL_MIN.view(np.float32), out=v.view(np.float32))
-    _blend(out, v, np.equal(t, 0, out=where), t)
+
+    def subnormal(dst, where):
+        """A subnormal half (exponent 0) is 2^-14 less than the normal float
+        with its mantissa: exact, all operands normal."""
+        np.add(out, np.uint32(1 << 23), out=dst, where=where)
+        np.subtract(dst.view(np.float32), _HALF_NORMAL_MIN.view(np.float32),
+                    out=dst.view(np.float32), where=where)
+    _blend(out, np.equal(t, 0, out=where), subnormal, v, t)
     np.bitwise_and(h, 0x8000, out=t)
     t <<= 16
     out |= t
