@@ -14,6 +14,9 @@ import numpy as np
 from ..kernels import BLOCK
 from .scratch import Scratch
 
+# NumPy 2's popcount; setup.py allows NumPy 1.22, which counts the bools
+_bitwise_count = getattr(np, "bitwise_count", None)
+
 # Elements per pass: a pass makes ~20 NumPy calls, and passes a quarter as
 # long lost more to their cost than they won by staying in L2.
 STEP = BLOCK
@@ -85,11 +88,11 @@ class OneBit:
     def _ones(self, packed, up, a, b, width):
         """The 1-bits per row of [a, b) (offsets in the pass): counted on the
         packed bytes when rows are whole bytes (an eighth of the reads)."""
-        if width % 8 == 0:
+        if width % 8 == 0 and _bitwise_count is not None:
             row_bytes = packed[a // 8:b // 8].reshape(-1, width // 8)
             if width % 64 == 0:
                 row_bytes = row_bytes.view(np.uint64)
-            return np.bitwise_count(row_bytes).sum(axis=1, dtype=np.int64)
+            return _bitwise_count(row_bytes).sum(axis=1, dtype=np.int64)
         return up[a:b].reshape(-1, width).view(np.uint8).sum(axis=1, dtype=np.int64)
 
     def decode(self, wire, out, add=False):

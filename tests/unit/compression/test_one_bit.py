@@ -54,3 +54,8 @@ def test_encode_is_the_plain_formulation_bit_for_bit(size, block, scale, dtype):
     decoded = np.full_like(u, 7.0)
     q.decode(wire, decoded)
     assert ((u - decoded).view(np.uint8) == residual.view(np.uint8)).all()
+
+
+def test_ones_counted_without_numpy_2s_popcount(monkeypatch):
+    monkeypatch.setattr(one_bit, "_bitwise_count", None)
+    test_encode_is_the_plain_formulation_bit_for_bit(300001, 512, 1e-6, np.float32)
