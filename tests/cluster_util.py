@@ -33,6 +33,10 @@ def _probe():
             return "%s is not installed (iproute2, util-linux)" % tool
     if not os.path.exists(LAUNCHER):
         return "no mpirun beside python"
+    for what, path in (("the repository", ROOT), ("python", sys.prefix)):
+        if os.path.realpath(path).startswith("/tmp/"):
+            return ("%s is under /tmp (%s), which every namespace host replaces with its "
+                    "own: clone elsewhere to run the cluster tests" % (what, path))
     probe = subprocess.run(["unshare", "--net", "--pid", "--fork", "--mount", "--uts", "--ipc",
                             "true"], capture_output=True, text=True)
     if probe.returncode != 0:
