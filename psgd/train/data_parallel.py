@@ -68,16 +68,13 @@ class DataParallel:
                                  self.optimizer, self.config.faults.skip_nonfinite,
                                  keeps_model=not self.is_server)
 
-    def model_name(self):
-        """The model trained: --model's, or the one --init's file holds."""
-        return self.model_header.get("name", self.config.model.model)
-
     def announcement(self, data, backend):
         return ("%s on %d ranks (%d workers%s), %s: %d params, %s data %d train / %d "
                 "held-out examples, backend %s" % (
                     self.title(), self.size, self.num_workers, _who_serves(self.servers),
-                    self.model_name(), self.net.num_params, data.name, data.total_train,
-                    data.total_eval, backend.name))
+                    whole_model.model_name(self.model_header, self.config),
+                    self.net.num_params, data.name, data.total_train, data.total_eval,
+                    backend.name))
 
     def title(self):
         return self.config.run.algo

@@ -90,9 +90,6 @@ class ModelParallel:
                 "examples over %d ranks is empty" % (data.total_train, self.size))
         self.per_rank = run.minibatch_size // self.size
 
-    def model_name(self):
-        return self.model_header.get("name", self.config.model.model)
-
     def announcement(self, data, backend):
         net = self.net
         return ("hybrid data/model parallel on %d ranks (--algo ignored), %s: each rank "
@@ -100,7 +97,8 @@ class ModelParallel:
                 "connected layer data-parallel, fully connected layers sliced by output "
                 "units (output layer %s); %d params, %d on this rank; %s data %d train / "
                 "%d held-out examples, backend %s" % (
-                    self.size, self.model_name(), self.per_rank, self.config.run.minibatch_size,
+                    self.size, whole_model.model_name(self.model_header, self.config),
+                    self.per_rank, self.config.run.minibatch_size,
                     net.dp_size, "sliced" if net.sliced_logits else "replicated: %d classes "
                     "do not split over %d ranks" % (net.num_classes, self.size),
                     net.num_params_full, net.num_params, data.name, data.total_train,

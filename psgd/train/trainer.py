@@ -13,7 +13,7 @@ from ..backend import get_backend
 from ..errors import CollectiveUsageError, UsageError
 from ..nnet import momentum_option
 from . import checkpoint as ckpt
-from . import consistency, model_files, resize
+from . import consistency, model_files, resize, whole_model
 from . import outputs as output_files
 from .config import resolve
 from .data_parallel import DataParallel
@@ -238,7 +238,8 @@ class Trainer(mpi.Closeable):
     def recorded_flags(self):
         """The flags a checkpoint or model file records (and a resumed run is
         compared with): as given, with the model trained (--init's file's)."""
-        return self.config.namespace(model=self.parallel.model_name())
+        return self.config.namespace(
+            model=whole_model.model_name(self.parallel.model_header, self.config))
 
     def header(self):
         return dict({"model": self.parallel.model_header, "config": {

@@ -12,6 +12,11 @@ from . import model_files
 Whole = collections.namedtuple("Whole", "net header optimizer train held_out")
 
 
+def model_name(header, config):
+    """The model trained: --model's, or the one --init's file holds."""
+    return header.get("name", config.model.model)
+
+
 def build(comm, config, data, xp):
     """Collective: the Whole of this rank; a problem on any rank (a bad
     --init, labels beyond the model's outputs) is one line on every rank."""
