@@ -13,7 +13,7 @@ from . import agreement
 from .algorithms import lifecycle
 from .atomic import WriteError
 from .errors import NonFiniteError, UsageError, is_collective
-from .train import parse_args, run
+from .train import parse_args, run, survival
 
 PROG = "psgd-train"
 
@@ -67,6 +67,12 @@ def main(argv=None):
         agreement.abort(2)
     except KeyboardInterrupt:
         MPI.COMM_WORLD.Abort(130)
+    if survival.LOST:
+        # Open MPI's MPI_Finalize waits for ever for ranks that died on
+        # another host (its PMIx fence): the job's work is all written
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 

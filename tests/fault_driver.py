@@ -6,7 +6,7 @@ tmp_path and run under mpirun:
 It monkeypatches the trainer so that one rank misbehaves (raises, sleeps,
 writes NaN, dies while writing a checkpoint) at a given epoch and step,
 then runs the real CLI, psgd.worker.main. psgd itself has no test hooks.
-FAULT keys: what (raise | sleep | nan | kill-in-save | slow), rank, epoch,
+FAULT keys: what (raise | sleep | nan | kill-in-save | slow | die), rank, epoch,
 step, every (nan from `step` on), seconds (sleep), factor (slow: every step
 of the rank takes this much longer, from the start), sync (the easgd server fails
 or sleeps at that sync instead), pace (seconds slept at every epoch start,
@@ -43,6 +43,8 @@ def strike(net=None):
         time.sleep(FAULT.get("seconds", 3600))
     elif WHAT == "nan":
         net.grad_buffer.data[0] = np.nan
+    elif WHAT == "die":             # the process, at once, as a lost host would
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def paced(train_epoch):

@@ -102,6 +102,11 @@ class AsgdServer(Server):
     def worker_finished(self, rank):
         self._release_if_all_wait()
 
+    def worker_lost(self, rank):
+        if rank in self.held:               # its held reply has nobody to go to
+            self.held.remove(rank)
+        self._release_if_all_wait()
+
     def _release_if_all_wait(self):
         if self.held and set(self.held) == self.running:
             self.reply_held(self.held)

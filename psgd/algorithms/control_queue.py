@@ -10,12 +10,15 @@ others (MPI's ANY_SOURCE matching makes no such promise).
 
 The server's event loop, its failure path (server_failure.py) and the
 followers of a service order (service_order.py) all read this one queue.
+A queue that survives workers (`lossy`, under ULFM: psgd/ulfm.py) collects
+the ranks whose receive failed because their process died in `lost`.
 """
 import collections
 
 import numpy as np
 from mpi4py import MPI
 
+from .. import ulfm
 from ..protocol import (CONTROL_SLOTS, MESSAGES, NOTICE_MALFORMED, NOTICE_UNKNOWN,
                         TAG_MSG)
 
@@ -24,8 +27,9 @@ class ControlQueue:
     """Entries are (rank, message, n_k, arrived): `arrived` is the server's
     sync count when the message was seen."""
 
-    def __init__(self, comm, servers, size, waiter):
-        self.comm, self.first, self.size = comm, servers, size
+    def __init__(self, comm, servers, size, waiter, lossy=False):
+        self.comm, self.first, self.size, self.lossy = comm, servers, size, lossy
+        self.lost = set()                   # workers found dead, not yet taken by the server
         self.waiter = waiter                # how an idle wait polls and sleeps
         self.last_served = 0                # the rank the round robin starts after
         self._control = np.zeros((size, CONTROL_SLOTS), dtype=np.int64)
@@ -71,14 +75,12 @@ class ControlQueue:
         if block:
             (done,) = self.waiter.wait(self._arrivals, stats)
         else:
-            done = MPI.Request.Testsome(self._requests, self._statuses)
+            done = self._testsome()
         bad = []
         first, size = self.first, self.size
-        order = sorted(range(len(done or ())),
-                       key=lambda j: (done[j] + first - self.last_served - 1) % size)
-        for j in order:
-            rank = done[j] + first
-            count = self._statuses[j].Get_count(MPI.INT64_T)
+        for j, status in sorted(done, key=lambda d: (d[0] + first - self.last_served - 1) % size):
+            rank = j + first
+            count = status.Get_count(MPI.INT64_T)
             message, n_k = int(self._control[rank, 0]), int(self._control[rank, 1])
             if count != 2:
                 bad.append((NOTICE_MALFORMED, rank, count * 8,
@@ -96,7 +98,23 @@ class ControlQueue:
                 self._entries.append((rank, message, n_k, arrived))
         return bad
 
+    def _testsome(self):
+        """[(index, status)] of the receives completed; in a lossy queue
+        those whose sender died go to `lost` instead."""
+        if not self.lossy:
+            done = MPI.Request.Testsome(self._requests, self._statuses)
+            return [(j, self._statuses[k]) for k, j in enumerate(done or ())]
+        done, failed = ulfm.testsome(self._requests, self._statuses)
+        self.lost.update(j + self.first for j, _ in failed)
+        return done
+
+    def forget(self, rank):
+        """`rank` died: drop its queued entry; its receive, if still
+        posted, completes in error (ignored: it is lost already)."""
+        self.take(rank)
+        self.lost.discard(rank)
+
     def _arrivals(self):
-        """The Waiter's test: None while nothing has arrived."""
-        done = MPI.Request.Testsome(self._requests, self._statuses)
-        return None if done == [] else (done,)
+        """The Waiter's test: None while nothing has arrived (or died)."""
+        done = self._testsome()
+        return None if not done and not self.lost else (done,)

@@ -36,6 +36,12 @@ def track(obj):
         _registered.append(True)
 
 
+def forget(obj):
+    """`obj` is left behind (its job went on without some dead rank): no
+    exit action, which would talk to ranks that are gone."""
+    _live.discard(obj)
+
+
 def forget_all():
     """Every rank failed together (a collective error) and exits: nobody
     waits for anybody, so nothing is to be stopped at exit."""

@@ -31,17 +31,27 @@ of [failed, code, sender, value] among them) and all raise, or servers
 whole center. Where the rule depends on the service order (asgd/masgd's
 barrier_period), servers 1..S-1 serve in rank 0's order (service_order.py).
 
+Losing a worker. With survive_worker_loss (an MPI with ULFM: psgd/ulfm.py)
+a worker whose process dies is dropped, not a reason to give up: its
+control receive or its model traffic fails, the server names it on stderr
+(worker_lost: held replies forget it, barriers stop waiting for it) and
+serves the others to the end of the round. Whatever of its last update had
+arrived stays applied. With S > 1 servers it is refused: their agreement
+and the shards they trade would need every server to see the same loss at
+the same sync.
+
 Idle waits poll, spinning only where a message is likely and sleeping with a
 backoff up to `poll_max_sleep` otherwise (waiting.py), because MPICH and Open
 MPI spin in a blocking receive. While it serves a worker the server uses
 blocking calls: that time is busy.
 """
+import sys
 import time
 
 import numpy as np
 from mpi4py import MPI
 
-from .. import mpi, pieces, trace
+from .. import mpi, pieces, trace, ulfm
 from ..buffers import host_copy, shard_bounds
 from ..errors import ProtocolError, UsageError
 from ..protocol import (CONTROL_SLOTS, MSG_FINISHED, NOTICE_DONE, NOTICE_SERVER_ERROR,
@@ -61,8 +71,23 @@ def _sleep_range(v):
 # poll_max_sleep: the longest sleep of the server's idle wait and of a worker's wait for
 # its answer (waiting.py), so the most a message coming off schedule waits to be
 # noticed; 0 never sleeps (a core per rank).
-SERVER_OPTIONS = {"poll_max_sleep": Option(1e-3, _sleep_range, flag=False)}
+def _survivable(v):
+    return ulfm.missing() if v else None
 
+
+SERVER_OPTIONS = {"poll_max_sleep": Option(1e-3, _sleep_range, flag=False),
+                  "survive_worker_loss": Option(
+                      False, _survivable, kind=bool,
+                      help="a worker whose process dies is dropped and the others go on "
+                           "(needs %s)" % ulfm.LAUNCH)}
+
+
+def refuse_survival_with_shards(algorithm):
+    """Every rank of a server algorithm (one error on every rank)."""
+    if algorithm.survive_worker_loss and algorithm.servers > 1:
+        raise UsageError("%s: survive_worker_loss needs one server (servers=%d): shards would "
+                         "have to agree on a lost worker mid-round" % (
+                             algorithm.name, algorithm.servers))
 
 
 class Server(GivingUp, Algorithm):
@@ -77,6 +102,7 @@ class Server(GivingUp, Algorithm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        refuse_survival_with_shards(self)
         bounds = shard_bounds(self.buffer.size, self.servers)
         self.shard = bounds[self.node.rank]         # [lo, hi): the elements this rank serves
         def part(exchange, lo, hi):     # in pieces where the algorithm says so
@@ -97,13 +123,14 @@ class Server(GivingUp, Algorithm):
                 self.order = ServiceOrder(self.comm, self.node.rank, self.servers)
         self.workers_ranks = list(range(self.servers, self.node.size))
         self.running = set(self.workers_ranks)
+        self.lost = {}                              # rank -> syncs served when it was lost
         self.log = []                               # Service entries, in service order
         self.finished = []                          # (rank, syncs served when it finished)
         self.stats = None
         self.failure = None
         self.notice_sent = None                     # [code, sender, value] when it gave up
         self.control = ControlQueue(self.comm, self.servers, self.node.size,
-                                    Waiter(self.poll_max_sleep))
+                                    Waiter(self.poll_max_sleep), lossy=self.survive_worker_loss)
         self._new_round = False
         super().initialized()                       # restart(): started_from
 
@@ -159,8 +186,8 @@ class Server(GivingUp, Algorithm):
             raise UsageError("%s server: run() was already called (begin_round() first "
                              "to serve another round)" % self.name)
         self._new_round = False
-        self.running = set(self.workers_ranks)
-        stats = self.stats = ServerStats(per_worker={r: [0, 0] for r in self.workers_ranks})
+        self.running = set(self.workers_ranks) - set(self.lost)
+        stats = self.stats = ServerStats(per_worker={r: [0, 0] for r in self.running})
         wall, cpu = time.perf_counter(), time.process_time()
         try:
             self._serve_all(stats)
@@ -177,7 +204,7 @@ class Server(GivingUp, Algorithm):
         return stats
 
     def _serve_all(self, stats):
-        for rank in self.workers_ranks:
+        for rank in self.running:
             self.control.post(rank)
         follows = self.order is not None and not self.order.leads
         while self.running:
@@ -193,6 +220,10 @@ class Server(GivingUp, Algorithm):
                     stats.idle_s += time.perf_counter() - start
                     if idle is not None:
                         trace.recorder.part(trace.IDLE, idle, trace.now())
+                if self.control.lost:
+                    self._lose(self.control.lost)
+                if not self.control:
+                    continue
                 entry = self.control.popleft()
             start = time.perf_counter()
             rec = trace.recorder
@@ -202,6 +233,12 @@ class Server(GivingUp, Algorithm):
                 self._dispatch(*entry)
             except (ProtocolError, KeyboardInterrupt):
                 raise
+            except MPI.Exception as exc:
+                if not (self.survive_worker_loss and ulfm.is_failure(exc)):
+                    self._give_up(NOTICE_SERVER_ERROR, self.node.rank, 0, None)
+                    raise
+                self._lose(ulfm.failed_ranks(self.comm))
+                continue
             except Exception:
                 self._give_up(NOTICE_SERVER_ERROR, self.node.rank, 0, None)
                 raise
@@ -209,6 +246,22 @@ class Server(GivingUp, Algorithm):
             if rec is not None and entry[1] != MSG_FINISHED:
                 rec.add(trace.SERVE, began, trace.now(), {
                     "worker": entry[0], "sync": self.syncs - 1, "staleness": self.staleness})
+
+    def _lose(self, ranks):
+        """Drop the workers whose processes died (survive_worker_loss)."""
+        ranks = [r for r in sorted(set(ranks) | set(ulfm.failed_ranks(self.comm)))
+                 if r in self.running]
+        for rank in ranks:
+            self.lost[rank] = self.syncs
+            self.running.discard(rank)
+            self.control.forget(rank)
+            sys.stderr.write("psgd: %s server: worker rank %d lost at sync %d (its process "
+                             "died); %d other worker%s still in this round\n" % (
+                                 self.name, rank, self.syncs, len(self.running),
+                                 "" if len(self.running) == 1 else "s"))
+            sys.stderr.flush()
+            self.worker_lost(rank)
+        self.control.lost.clear()
 
     def one_order(self):
         """Whether every shard must serve in one order (subclasses say)."""
@@ -288,6 +341,10 @@ class Server(GivingUp, Algorithm):
 
     def worker_finished(self, rank):
         """Called when `rank` finished; self.running no longer holds it."""
+
+    def worker_lost(self, rank):
+        """Called when `rank`'s process died; self.running no longer holds it."""
+        self.worker_finished(rank)
 
     def reply_held(self, ranks):
         """Answer the workers of the latest len(ranks) syncs, whose replies were

@@ -4,18 +4,38 @@ wait for the server's answer, FINISHED and its acknowledgement, and the
 failure notices every worker turns into the server's error. With S > 1
 servers every control message goes to each of them and each shard of the
 model is traded with its own server, all shards at once."""
+import functools
+
 import numpy as np
 from mpi4py import MPI
 
-from .. import mpi, pieces, trace
+from .. import mpi, pieces, trace, ulfm
 from ..buffers import shard_bounds
 from ..errors import ProtocolError, UsageError
 from ..protocol import MSG_FINISHED, MSG_SYNC, NOTICE_DONE, TAG_MSG, TAG_NOTICE, notice_text
 from .base import Algorithm
 from .sample_count import check_count
+from .server import refuse_survival_with_shards
 from .waiting import Waiter
 
 NO_NOTICE = -1      # a notice slot not yet written
+
+
+def _server_may_die(method):
+    """Under ULFM a dead server is an MPI error in whatever call meets it:
+    say which rank died (no job survives its server)."""
+    @functools.wraps(method)
+    def guarded(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except MPI.Exception as exc:
+            if not ulfm.is_failure(exc):
+                raise
+            raise RuntimeError("the %s server died (%s): a job goes on after a "
+                               "worker's death, not its server's" % (
+                                   self.name, exc.Get_error_string()
+                                   )) from None
+    return guarded
 
 
 class ServerWorker(Algorithm):
@@ -32,6 +52,7 @@ class ServerWorker(Algorithm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        refuse_survival_with_shards(self)
         self.shards = shard_bounds(self.buffer.size, self.servers)   # [(lo, hi)] of each server
 
     def initialized(self):
@@ -46,6 +67,7 @@ class ServerWorker(Algorithm):
         self._waiter = Waiter(self.poll_max_sleep, anticipate=False)
         super().initialized()
 
+    @_server_may_die
     def synchronize(self, n_k):
         """Push this block (n_k samples) and pull the center; returns True."""
         self.check_open("synchronize")
@@ -64,6 +86,7 @@ class ServerWorker(Algorithm):
         self.samples += n_k
         return True
 
+    @_server_may_die
     def stop(self, n_k=0):
         """Push the last partial block (when n_k > 0), then send FINISHED."""
         self.check_open("stop")

@@ -56,11 +56,20 @@ class Checkpointer:
             try:
                 self._point_latest(os.path.basename(folder))
                 self._prune(epoch)
+                self._remove_other_ranks(folder)
                 remove_debris(folder, any_writer=True)
                 remove_debris(self.directory, any_writer=True)  # a LATEST being written when killed
             except OSError as exc:      # a full disk: LATEST still names the last checkpoint
                 error = UsageError("checkpoint %s: %s" % (folder, exc))
         agreement.agree(self.comm, error)           # the others wait for LATEST here
+
+    def _remove_other_ranks(self, folder):
+        """Files of ranks this job does not have: a job that lost workers
+        (survival.py) saves again the epoch its larger self began to save."""
+        for name in os.listdir(folder):
+            if name.startswith("rank-") and name.endswith(".npz") and \
+                    name[5:-4].isdigit() and int(name[5:-4]) >= self.size:
+                os.unlink(os.path.join(folder, name))
 
     def _point_latest(self, name):
         atomic_write(os.path.join(self.directory, LATEST),

@@ -12,7 +12,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import agreement, mpi
-from ..algorithms import REGISTRY, create
+from ..algorithms import REGISTRY, create, lifecycle
 from ..data import Minibatches
 from ..errors import UsageError
 from . import checkpoint as ckpt
@@ -282,6 +282,15 @@ class DataParallel:
     def summary(self):
         """The last log line, or None."""
         return None
+
+    def lost_workers(self):
+        """{rank: sync} of the workers this server saw die (survival.py)."""
+        return dict(self.sync.lost) if self.is_server else {}
+
+    def abandon(self):
+        """The job goes on without this object (survival.py): its algorithm
+        is not stopped at exit, nor freed (collective with dead ranks)."""
+        lifecycle.forget(self.sync)
 
     def close(self):
         if self.sync is not None:

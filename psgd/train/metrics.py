@@ -122,11 +122,18 @@ class ServerTotals:
         self.busy_s = self.idle_s = self.wall_s = self.cpu_s = 0.0
         self.staleness = []          # [i]: syncs of staleness i, all epochs
         self.last = None             # the latest epoch's ServerStats
+        self.base = (0, 0)           # syncs and samples of the servers before this one
+
+    def carry_on(self):
+        """A new server object goes on from these totals (a job that lost
+        workers went on in a new trainer: psgd/train/survival.py)."""
+        self.base = (self.syncs, self.samples)
 
     def add(self, stats):
         for key in ("busy_s", "idle_s", "wall_s", "cpu_s"):
             setattr(self, key, getattr(self, key) + getattr(stats, key))
-        self.syncs, self.samples = stats.syncs, stats.samples  # running totals already
+        # the server's own running totals
+        self.syncs, self.samples = self.base[0] + stats.syncs, self.base[1] + stats.samples
         self.staleness += [0] * (len(stats.staleness) - len(self.staleness))
         for tau, count in enumerate(stats.staleness):
             self.staleness[tau] += count

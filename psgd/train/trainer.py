@@ -2,6 +2,7 @@
 the chosen algorithm; rank 0 serves under a server algorithm. Epochs end
 together: the workers fold in their last block (stop), the held-out set is
 evaluated in shares on every rank, and rank 0 logs and writes the model."""
+import contextlib
 import os
 import time
 
@@ -24,6 +25,7 @@ from .metrics import Progress, kaldi_epoch_lines, kaldi_log
 from .large_batch import warmup_factor
 from .schedule import Schedule
 from . import straggler
+from .survival import refuse_unless_possible, survival
 from .stall_report import Names
 from .timeline import Timeline, read_events
 
@@ -39,8 +41,9 @@ class Trainer(mpi.Closeable):
 
     parallelism = DataParallel
 
-    def __init__(self, args, comm=None):
-        """`args`: validated flags (the CLI parser's or make_config's)."""
+    def __init__(self, args, comm=None, handoff=None):
+        """`args`: validated flags (the CLI parser's or make_config's);
+        `handoff`: what a job that lost workers goes on from (survival.py)."""
         comm = comm if comm is not None else MPI.COMM_WORLD
         # Ranks started with different flags (an MPMD launch, a wrapper that
         # edits the command line per host) would train different data or
@@ -48,11 +51,16 @@ class Trainer(mpi.Closeable):
         agreement.check_same(comm, consistency.flags(args), "a flag")
         try:
             self.config = resolve(args, comm.Get_size())
+            refuse_unless_possible(self.config)
         except UsageError as exc:   # flags and size are the same on every rank
             raise CollectiveUsageError(str(exc)) from None
         self.comm = comm.Dup()
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self.parallel = self.parallelism(self.config, self.comm)
+        self.handoff, self.survival = handoff, None
+        if handoff is not None and handoff.server_totals is not None:
+            self.parallel.server_totals = handoff.server_totals
+            handoff.server_totals.carry_on()
         self.main = self.rank == 0
         self.say = self.main and not self.config.outputs.quiet
         # what setup() makes
@@ -110,11 +118,15 @@ class Trainer(mpi.Closeable):
                                         self.main)
         self.hosts = mpi.host_names(self.comm)
         faults = self.config.faults
+        self.survival = survival(self.config, self.comm, self.hosts)
         self.watchdog = Watchdog(self.comm, faults.stall_timeout, faults.stall_abort,
-                                 hosts=self.hosts)
+                                 hosts=self.hosts, lossy=self.survival is not None)
         self.checkpointer = ckpt.Checkpointer(outputs.checkpoint_dir, self.comm) \
             if outputs.checkpoint_dir else None
-        if outputs.resume:
+        if self.handoff is not None:
+            # even with --quiet: the model lacks what the dead worker did
+            self.survival.say_lost(self.handoff, self.size, self.main)
+        if outputs.resume or self.handoff is not None:
             self._resume()
         elif self.checkpointer:
             self.checkpointer.refuse_to_overwrite()
@@ -168,17 +180,20 @@ class Trainer(mpi.Closeable):
         progress = Progress(self.config.outputs.progress, self.parallel.worker_index == 0)
         start = time.time() - self.wall_offset
         row = {}
+        if self.handoff is not None:        # the end of the epoch that lost workers
+            h = self.handoff
+            row = self.end_epoch(h.epoch, h.train, time.time() - start, h.lr, h.syncs)
+            self._checkpoint_if_due(h.epoch, start)
         for epoch in range(self.start_epoch, run.epochs):
             lr = self.schedule.lr * self.schedule.fraction(epoch, run.epochs) * \
                 warmup_factor(epoch, opt.lr_scale, opt.warmup_epochs)
             self.parallel.begin_epoch(epoch, epoch == self.start_epoch, lr)
             train = self.parallel.train_epoch(epoch, progress, self.watchdog)
-            self.timeline.arrive()
-            self.watchdog.epoch_end(epoch)
-            row = self.end_epoch(epoch, train, time.time() - start, lr)
-            if self.checkpointer and ((epoch + 1) % self.config.outputs.checkpoint_every == 0
-                                      or epoch + 1 == run.epochs):
-                self.save_checkpoint(epoch, time.time() - start)
+            with self._surviving(epoch, train, lr, time.time() - start):
+                self.timeline.arrive()
+                self.watchdog.epoch_end(epoch)
+                row = self.end_epoch(epoch, train, time.time() - start, lr)
+                self._checkpoint_if_due(epoch, start)
             self.watchdog.leave()
             self.timeline.next_epoch()
             if self.schedule.done:
@@ -188,8 +203,33 @@ class Trainer(mpi.Closeable):
         self.finish()
         return row
 
+    def _surviving(self, epoch, train, lr, wall):
+        """The end of an epoch, where a job that survives workers' deaths
+        checks for them (survival.py)."""
+        if self.survival is None:
+            return contextlib.nullcontext()
+        return self.survival.epoch_end(self, epoch, train, lr, wall)
+
+    def _checkpoint_if_due(self, epoch, start):
+        if self.checkpointer and ((epoch + 1) % self.config.outputs.checkpoint_every == 0
+                                  or epoch + 1 == self.config.run.epochs):
+            self.save_checkpoint(epoch, time.time() - start)
+
+    def abandon(self, lost):
+        """This trainer's job lost ranks `lost` and goes on in a new one
+        (survival.py): stop what runs, free nothing collectively (the dead
+        would never join), release the outputs for the new trainer."""
+        self.watchdog.abandon(lost)
+        if self.outputs_lock is not None:
+            self.outputs_lock.release()
+            self.outputs_lock = None
+        self.parallel.abandon()
+        self.comm = None
+
     # end of epoch ----------------------------------------------------------------------
-    def end_epoch(self, epoch, train, wall, lr):
+    def end_epoch(self, epoch, train, wall, lr, syncs=None):
+        """Collective: the epoch's metrics row (`syncs`: the epoch's count
+        when the algorithm that made them is gone)."""
         sums = np.array([train[0], train[1]], dtype=np.float64)
         self.comm.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
         self.timeline.met(epoch)
@@ -203,7 +243,7 @@ class Trainer(mpi.Closeable):
         train_loss = sums[0] / sums[1] if sums[1] else float("nan")
         row = {"epoch": epoch + 1, "train_loss": train_loss, "test_loss": test_loss,
                "test_accuracy": test_acc, "samples": self.samples, "wall_seconds": wall,
-               "lr": lr, "syncs": self.parallel.syncs()}
+               "lr": lr, "syncs": self.parallel.syncs() if syncs is None else syncs}
         if self.parallel.is_server:
             row.update(self.parallel.server_totals.epoch_row())
         if found is not None:
@@ -284,7 +324,9 @@ class Trainer(mpi.Closeable):
     def _load_checkpoint(self, check=None):
         """Collective: (arrays, header) of this rank's checkpoint to resume
         from, or None when the directory holds none; `check(state)` may
-        refuse it."""
+        refuse it. After a loss of workers: rank 0's state, handed over."""
+        if self.handoff is not None:
+            return None, (self.handoff.arrays, self.handoff.header)
         found = self.checkpointer.find()
         if found is None:
             if self.say:
@@ -324,7 +366,7 @@ class Trainer(mpi.Closeable):
             self._resized(layout, header)
         self.start_epoch, self.samples = header["epoch"] + 1, header["samples"]
         self.wall_offset = header["wall"]
-        if self.say:
+        if self.say and self.handoff is None:
             kaldi_log("resumed from epoch %d of %s" % (header["epoch"] + 1,
                                                       self.config.outputs.checkpoint_dir))
 

@@ -23,7 +23,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .. import agreement, mpi
+from .. import agreement, mpi, ulfm
 from ..errors import UsageError
 from ..protocol import TAG_WATCHDOG
 from .stall_report import (COMPUTING, DONE, EPOCH_END, SERVING, SYNCING, WAITING,  # noqa: F401
@@ -39,6 +39,7 @@ ABORT_GRACE_S = 5
 # A rank that has not heard rank 0 for this many timeouts, the job not
 # ended by then, is cut off from it and ends itself.
 CUT_OFF = 1.5
+NEVER = frozenset()     # the dead ranks of a watchdog that cannot lose any
 
 
 def _seconds(what, value, off=False):
@@ -70,7 +71,7 @@ class Watchdog:
     differ (a rank without a thread would be named as silent), fail on
     every rank."""
 
-    def __init__(self, comm, timeout, abort=False, period=1.0, hosts=None):
+    def __init__(self, comm, timeout, abort=False, period=1.0, hosts=None, lossy=False):
         error = None
         try:
             timeout = _seconds("timeout", timeout, off=True)
@@ -92,6 +93,7 @@ class Watchdog:
         # one: no link between them can make rank 0 look silent
         self.deputy = next((r for r in range(1, self.size) if self.hosts[r] == self.hosts[0]), 1)
         self.count = 0
+        self.lossy, self.dead = lossy, set()
         self.period = min(period, timeout / 4)
         self.started = time.time()
         self.stopping = threading.Event()
@@ -130,10 +132,16 @@ class Watchdog:
                          self.count], dtype=np.int64)
 
     def _loop(self):
-        if self.rank == 0:
-            self._collect()
-        else:
-            self._beat()
+        try:
+            if self.rank == 0:
+                self._collect()
+            else:
+                self._beat()
+        except MPI.Exception as exc:
+            if not (self.lossy and ulfm.is_failure(exc)):
+                raise
+            # rank 0 died (its losses are counted, not raised): the main
+            # thread meets the same failure and says so; this thread just ends
 
     # ranks 1..: send heartbeats, hear rank 0's -----------------------------------------
     def _beat(self):
@@ -192,7 +200,7 @@ class Watchdog:
         landing = np.zeros((self.size, _STATUS), dtype=np.int64)
         requests = [MPI.REQUEST_NULL] + [self.comm.Irecv(landing[r], source=r, tag=TAG_WATCHDOG)
                                          for r in range(1, self.size)]
-        sending = Sender(self.comm)
+        sending = Sender(self.comm, self.dead if self.lossy else None)
         slow_said = set()
         last_round = time.time()
         while True:
@@ -204,10 +212,12 @@ class Watchdog:
             self.count += 1
             table[0], seen_at[0] = self._status(), now
             while True:
-                done = MPI.Request.Testsome(requests)
+                done = self._arrived(requests, table)
                 if not done:
                     break
                 for r in done:
+                    if r is None:
+                        continue        # only deaths: test again
                     table[r], seen_at[r] = landing[r], time.time()
                     if landing[r, 0] != DONE:
                         requests[r] = self.comm.Irecv(landing[r], source=r, tag=TAG_WATCHDOG)
@@ -227,6 +237,18 @@ class Watchdog:
         for r in range(1, self.size):
             sending.send(goodbye, r, wait=True)
         sending.finish()
+
+    def _arrived(self, requests, table):
+        """The ranks whose heartbeat came; under `lossy`, a rank whose
+        process died is marked DONE (gone) and its heartbeats forgotten."""
+        if not self.lossy:
+            return MPI.Request.Testsome(requests) or []
+        statuses = [MPI.Status() for _ in requests]
+        done, failed = ulfm.testsome(requests, statuses)
+        for r, _ in failed:
+            self.dead.add(r)
+            table[r, 0] = DONE
+        return [r for r, _ in done] + ([None] if failed else [])
 
     def _slow_links(self, behind, seen_at, said):
         """Name a host whose ranks hear rank 0 more than half the timeout
@@ -257,6 +279,16 @@ class Watchdog:
             signal.alarm(ABORT_GRACE_S)
             self.comm.Abort(3)
 
+    def abandon(self, lost):
+        """After the job lost ranks (`lost`: their numbers) and goes on
+        without them: end the thread, with no collective over the ranks
+        that are gone (this communicator is left behind)."""
+        if self.thread is not None:
+            self.dead.update(lost)
+            self.stopping.set()
+            self.thread.join()
+            self.thread = None
+
     def close(self):
         """Collective in effect: every rank's thread says goodbye to rank 0's
         and rank 0's to every rank's."""
@@ -273,18 +305,36 @@ class Sender:
     peer across a cut link would otherwise stall the sender), each from a
     buffer of its own."""
 
-    def __init__(self, comm):
+    def __init__(self, comm, dead=None):
+        """`dead`: the set of ranks known dead (a lossy Watchdog's), to
+        which sends are skipped and which a failed send adds to."""
         self.comm, self.pending = comm, {}
+        self.dead = NEVER if dead is None else dead
 
     def send(self, status, dest, wait=False):
+        if dest in self.dead:
+            return
         request, _ = self.pending.get(dest, (MPI.REQUEST_NULL, None))
-        if wait:
-            request.Wait()
-        elif not request.Test():
-            return            # the last one has not left yet: skip this beat
+        try:
+            if wait:
+                request.Wait()
+            elif not request.Test():
+                return            # the last one has not left yet: skip this beat
+        except MPI.Exception as exc:
+            if self.dead is NEVER or not ulfm.is_failure(exc):
+                raise
+            self.dead.add(dest)
+            del self.pending[dest]
+            return
         data = status.copy()
         self.pending[dest] = (self.comm.Isend(data, dest=dest, tag=TAG_WATCHDOG), data)
 
     def finish(self):
-        MPI.Request.Waitall([request for request, _ in self.pending.values()])
+        for dest, (request, _) in list(self.pending.items()):
+            try:
+                request.Wait()
+            except MPI.Exception as exc:
+                if self.dead is NEVER or not ulfm.is_failure(exc):
+                    raise
+                self.dead.add(dest)
         self.pending.clear()

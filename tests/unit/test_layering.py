@@ -17,6 +17,7 @@ FLOORS = {"psgd.errors": 0, "psgd._threads": 0, "psgd._cuda_first": 0, "psgd.pro
           "psgd.kernels": 1, "psgd.compression": 1, "psgd.hierarchy": 1,
           "psgd.cuda_aware": 1, "psgd.atomic": 1, "psgd.agreement": 1, "psgd.pieces": 1,
           "psgd.pipeline": 1, "psgd.nccl": 1, "psgd.trace": 1, "psgd.command_line": 1,
+          "psgd.ulfm": 1,
           "psgd": 2, "psgd.algorithms": 2,      # the package's facade re-exports create()
           "psgd.nnet": 3, "psgd.data": 3, "psgd.kaldi_io": 3, "psgd.torch": 3,
           "psgd.torch_buckets": 3, "psgd.torch_optimizer": 3,

@@ -1,0 +1,155 @@
+"""--survive-worker-loss in the trainer; the server's half (dropping a dead
+worker and serving the others to the end of the epoch) is in
+psgd/algorithms/server.py, the MPI calls in psgd/ulfm.py.
+
+At the end of each epoch's training, before any collective that would meet
+a dead rank, the live ranks agree whether a worker died (ULFM's Agree,
+which completes with dead ranks). If one did, they shrink the communicator
+and the job goes on in the same processes at N - 1 workers: rank 0 (the
+server, which no job survives losing) hands its checkpoint state of that
+epoch over the new communicator, and a new Trainer takes it as --resume at
+another number of ranks would take a checkpoint (resize.py: the center,
+global state carried, per-worker state restarted, defaults of the new N,
+the data sharded again, every change logged). The epoch is then evaluated
+and checkpointed by the survivors, and training goes on. What the dead
+worker trained since its last sync is lost; nothing else is."""
+import contextlib
+import io
+import json
+
+import numpy as np
+from mpi4py import MPI
+
+from .. import ulfm
+from ..errors import UsageError
+from .metrics import kaldi_log
+
+
+LOST = []      # every rank this process's job lost, in the order lost
+
+
+class WorkersLost(Exception):
+    """Raised on every live rank; train.run goes on with `handoff`."""
+
+    def __init__(self, handoff):
+        super().__init__("workers lost: ranks %s" % handoff.lost)
+        self.handoff = handoff
+
+
+class Handoff:
+    """What a new Trainer over `comm` (the survivors) starts from: rank 0's
+    checkpoint (arrays, header) of `epoch`, whose end (evaluation, metrics,
+    checkpoint) is still to come, with this rank's training sums of it."""
+
+    def __init__(self, comm, arrays, header, train, lr, lost, hosts, syncs, server_totals):
+        self.comm, self.arrays, self.header = comm, arrays, header
+        self.epoch = header["epoch"]
+        self.train, self.lr, self.lost, self.hosts = train, lr, lost, hosts
+        self.syncs = syncs                  # the most syncs a worker made, up to the loss
+        self.server_totals = server_totals  # the server's (rank 0), carried on
+
+
+def refuse_unless_possible(config):
+    """The trainer's own refusals (the algorithm refuses the rest)."""
+    if not _surviving(config):
+        return
+    if config.flags.get("model_parallel"):
+        raise UsageError("--survive-worker-loss: not with --model-parallel, whose every "
+                         "layer needs every rank")
+    if config.run.servers > 1:
+        raise UsageError("--survive-worker-loss needs one server (--servers %d): shards would "
+                         "have to agree on a lost worker mid-round" % config.run.servers)
+    if config.outputs.timeline:
+        raise UsageError("--survive-worker-loss: not with --timeline, whose ranks a loss "
+                         "would renumber")
+
+
+def _surviving(config):
+    return bool(config.algorithm.options.get("survive_worker_loss"))
+
+
+class Survival:
+    """The end-of-epoch check of one Trainer; None where the job does not
+    survive losses (survival(config, comm, hosts))."""
+
+    def __init__(self, comm, hosts):
+        self.comm, self.hosts = comm.Dup(), hosts
+
+    @contextlib.contextmanager
+    def epoch_end(self, trainer, epoch, train, lr, wall):
+        """Around the end of an epoch (its collectives: evaluation, metrics,
+        checkpoint), then the check. A rank whose collective fails on a dead
+        rank revokes the trainer's communicator, so that every other rank's
+        next collective fails too and no rank waits for one the others
+        left; all then meet in the check (its communicator is not revoked)
+        and go on from the state before this end, which the new trainer
+        runs again."""
+        before = (trainer.samples, trainer.schedule.state())
+        failed = False
+        try:
+            yield
+        except MPI.Exception as exc:
+            if not ulfm.is_failure(exc):
+                raise
+            trainer.comm.Revoke()
+            failed = True
+        self.check(trainer, epoch, train, lr, wall, before, failed)
+
+    def check(self, trainer, epoch, train, lr, wall, before, failed):
+        """Collective over the live ranks: returns when no worker died,
+        else raises WorkersLost on every one of them."""
+        lost_here = failed or bool(trainer.parallel.lost_workers())
+        if ulfm.agree_none_lost(self.comm, lost_here):
+            return
+        survivors, lost = ulfm.shrink(self.comm)
+        LOST.extend(lost)
+        if 0 in lost:
+            raise RuntimeError("rank 0 (the server) was lost: the job cannot go on")
+        arrays = header = None
+        if survivors.Get_rank() == 0:
+            arrays, extra = trainer.parallel.checkpoint_state()
+            if trainer.best is not None:
+                arrays["best"] = trainer.backend.to_host(trainer.best)
+            header = dict(trainer.header(), samples=before[0], wall=wall, schedule=before[1],
+                          epoch=epoch, rank=0, size=trainer.size, **extra)
+        arrays, header = _broadcast(survivors, arrays, header)
+        p = trainer.parallel
+        syncs = np.array([0 if p.is_server else p.sync.syncs], dtype=np.int64)
+        survivors.Allreduce(MPI.IN_PLACE, [syncs, MPI.INT64_T], op=MPI.MAX)
+        raise WorkersLost(Handoff(survivors, arrays, header, train, lr, lost, self.hosts,
+                                  int(syncs[0]), p.server_totals if p.is_server else None))
+
+    def say_lost(self, handoff, size, say):
+        if say:
+            by_host = {}
+            for r in handoff.lost:
+                by_host.setdefault(handoff.hosts[r], []).append(str(r))
+            kaldi_log("lost %s in epoch %d (the process died): going on with %d ranks from "
+                      "the server's center, as --resume at %d ranks would" % (
+                          ", ".join("rank%s %s on %s" % ("s" if len(r) > 1 else "", ", ".join(r), h)
+                                    for h, r in by_host.items()), handoff.epoch + 1, size, size),
+                      "survive")
+
+
+def survival(config, comm, hosts):
+    return Survival(comm, hosts) if _surviving(config) else None
+
+
+def _broadcast(comm, arrays, header):
+    """Rank 0's (arrays, header) on every rank, as a checkpoint file would
+    carry them (an .npz and its JSON header)."""
+    blob = None
+    if comm.Get_rank() == 0:
+        out = io.BytesIO()
+        np.savez(out, __header__=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8),
+                 **arrays)
+        blob = np.frombuffer(out.getvalue(), dtype=np.uint8)
+    length = np.array([0 if blob is None else blob.size], dtype=np.int64)
+    comm.Bcast([length, MPI.INT64_T], root=0)
+    if blob is None:
+        blob = np.empty(int(length[0]), dtype=np.uint8)
+    comm.Bcast([blob, MPI.BYTE], root=0)
+    with np.load(io.BytesIO(blob.tobytes()), allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    header = json.loads(arrays.pop("__header__").tobytes().decode())
+    return arrays, header

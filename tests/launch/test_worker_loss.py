@@ -1,0 +1,106 @@
+"""--survive-worker-loss (issue 30, item 3): a server algorithm's job goes on
+when a worker's process dies, without a restart, where the MPI has ULFM
+(Open MPI started with `mpirun --with-ft ulfm`); everywhere else the flag
+is refused with one line. The worker is killed (SIGKILL, at once, as a lost
+host would end it) by tests/fault_driver.py in the middle of an epoch."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from launch_util import (MPIRUN, ROOT, _mpi_flavour, assert_clean_failure, error_lines,
+                         job_env, mpirun, mpirun_command, psgd_train)
+
+pytestmark = pytest.mark.skipif(not os.path.exists(MPIRUN), reason="no mpirun beside python")
+
+QUICK = ["--model", "mlp", "--hidden", "32", "--num-samples", "1000", "--quiet"]
+OPEN_MPI = "Open MPI" in _mpi_flavour() if os.path.exists(MPIRUN) else False
+needs_ulfm = pytest.mark.skipif(not OPEN_MPI, reason="ULFM: Open MPI's mpirun --with-ft ulfm "
+                                "(the mpich wheel has no fault tolerance)")
+
+
+def with_ft(np_, argv, tmp_path, timeout=120):
+    """The job under `mpirun --with-ft ulfm`."""
+    cmd = mpirun_command(np_)
+    cmd = cmd[:1] + ["--with-ft", "ulfm"] + cmd[1:] + [sys.executable] + list(argv)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path,
+                          env=job_env({"PSGD_TRACEBACK": ""}), stdin=subprocess.DEVNULL)
+
+
+def rows(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+@needs_ulfm
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("algo,extra", [("easgd", []), ("asgd", ["--barrier-period", "4"]),
+                                        ("masgd", [])], ids=["easgd", "asgd-barrier", "masgd"])
+def test_a_dead_worker_is_dropped_and_the_job_goes_on(driver, tmp_path, algo, extra):
+    """4 ranks, worker rank 2 killed in epoch 2 of 4: the server names it and
+    serves the other two to the end of the epoch, the survivors go on at 3
+    ranks from the server's center, every epoch has its metrics row and the
+    checkpoints after the loss are the 3 ranks'. The watchdog, with
+    --stall-abort, does not take the dead rank for a stalled one."""
+    fault = {"what": "die", "rank": 2, "epoch": 1, "step": 4}
+    result = with_ft(4, [driver, json.dumps(fault), "--algo", algo, *extra, *QUICK,
+                         "--survive-worker-loss", "--epochs", "4", "--metrics", "m.jsonl",
+                         "--out", "final.npz", "--checkpoint-dir", "ck",
+                         "--stall-timeout", "20", "--stall-abort"], tmp_path)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert "psgd: %s server: worker rank 2 lost at sync" % algo in result.stderr, out
+    assert re.search(r"; [012] other workers? still in this round", result.stderr), out
+    assert "lost rank 2 on " in out and "going on with 3 ranks" in out, out
+    assert "stall" not in result.stderr, out
+    metrics = rows(tmp_path / "m.jsonl")
+    assert [r["epoch"] for r in metrics] == [1, 2, 3, 4], metrics
+    assert metrics[-1]["train_loss"] < metrics[1]["train_loss"], metrics   # trained on
+    assert all(r["syncs"] > 0 for r in metrics), metrics
+    assert (tmp_path / "final.npz").exists()
+    latest = json.loads((tmp_path / "ck" / "LATEST").read_text())["folder"]
+    assert latest == "epoch-0003", latest
+    files = sorted(os.listdir(tmp_path / "ck" / latest))
+    assert files == ["rank-%05d.npz" % r for r in range(3)], files
+
+
+@needs_ulfm
+@pytest.mark.timeout(90)
+def test_a_dead_server_ends_the_job_naming_it(driver, tmp_path):
+    """No job survives its server: the workers say so and the job ends."""
+    fault = {"what": "die", "rank": 0, "epoch": 1, "sync": 15}
+    result = with_ft(4, [driver, json.dumps(fault), "--algo", "easgd", *QUICK,
+                         "--survive-worker-loss", "--epochs", "3"], tmp_path, timeout=60)
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert "the easgd server died" in result.stderr, result.stderr
+
+
+@pytest.mark.timeout(60)
+def test_survival_is_refused_where_the_mpi_cannot(tmp_path):
+    """The mpich wheel has no ULFM; Open MPI has it only when started with it."""
+    result = psgd_train(3, "--algo", "easgd", *QUICK, "--survive-worker-loss",
+                        "--epochs", "1", cwd=str(tmp_path))
+    assert_clean_failure(result, "survive_worker_loss=True: this ")
+    needle = ("this job was not started with fault tolerance" if OPEN_MPI
+              else "has no fault tolerance")
+    assert all(needle in line and "--with-ft ulfm" in line
+               for line in error_lines(result.stderr)), result.stderr
+    assert len(error_lines(result.stderr)) == 3, result.stderr
+
+
+@pytest.mark.one_mpi
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("flags,needle", [
+    (["--algo", "bmuf"], "--survive-worker-loss does not apply to --algo bmuf"),
+    (["--algo", "asgd", "--servers", "2"], "--survive-worker-loss needs one server")],
+    ids=["collective", "sharded"])
+def test_survival_needs_one_server(tmp_path, flags, needle):
+    result = psgd_train(4, *flags, *QUICK, "--survive-worker-loss", "--epochs", "1",
+                        cwd=str(tmp_path), env={"OMPI_MCA_mpi_ft_enable": "1"})
+    assert_clean_failure(result, needle)
+    assert len(error_lines(result.stderr)) == 4, result.stderr
