@@ -7,6 +7,7 @@ held-out accuracy of both runs. The loop of kills is also the stress test
 the CI's single cluster run stands for.
 
     .venv/bin/python benchmarks/elastic.py [--algos bmuf,easgd] [--seeds 3] [--epochs 20]
+        [--model mlp|cnn]
 """
 import argparse
 import json
@@ -30,13 +31,16 @@ ELASTIC = os.path.join(common.ROOT, "bin", "psgd-elastic")
 WORK = os.path.join(common.ROOT, ".cache", "cluster-work", "bench-elastic")
 
 
-def one_run(algo, seed, epochs, kill, extra=()):
+MODELS = {"mlp": ["--model", "mlp", "--hidden", "256"], "cnn": ["--model", "cnn"]}
+
+
+def one_run(algo, seed, epochs, kill, extra=(), model="mlp"):
     """{accuracy, and with `kill`: victim, killed_after_s, resume_s, first_epoch_s, redone}."""
     shutil.rmtree(WORK, ignore_errors=True)
     os.makedirs(WORK)
     cmd = [sys.executable, ELASTIC, "--hosts", "h0:2,h1:2", "--launcher",
-           "%s %s mpirun" % (sys.executable, cluster.TOOL), "--algo", algo, "--model", "mlp",
-           "--hidden", "256", "--epochs", str(epochs), "--seed", str(seed),
+           "%s %s mpirun" % (sys.executable, cluster.TOOL), "--algo", algo] + MODELS[model] + [
+           "--epochs", str(epochs), "--seed", str(seed),
            "--checkpoint-dir", "ck", "--metrics", "metrics.jsonl"] + list(extra)
     env = cluster._env(common.child_env(pin_blas=True))
     job = subprocess.Popen(cmd, cwd=WORK, env=env, stdout=subprocess.PIPE,
@@ -94,6 +98,8 @@ def main():
     p.add_argument("--algos", default="bmuf,easgd")
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--epochs", type=int, default=20)
+    p.add_argument("--model", choices=sorted(MODELS), default="mlp",
+                   help="mlp: --model mlp --hidden 256; cnn: the trainer's default CNN")
     p.add_argument("--same-ranks", action="store_true",
                    help="restart on 4 ranks (2 per survivor's slot) rather than 2")
     args = p.parse_args()
@@ -105,18 +111,20 @@ def main():
     with cluster.hosts(2, "1gbit"):
         for algo in args.algos.split(","):
             for seed in range(1, args.seeds + 1):
-                whole = one_run(algo, seed, args.epochs, kill=False, extra=extra)
+                whole = one_run(algo, seed, args.epochs, kill=False, extra=extra,
+                                model=args.model)
                 cluster.tool("down")
                 cluster.tool("up", 2, "--rate", "1gbit")
-                lost = one_run(algo, seed, args.epochs, kill=True, extra=extra)
+                lost = one_run(algo, seed, args.epochs, kill=True, extra=extra, model=args.model)
                 cluster.tool("down")
                 cluster.tool("up", 2, "--rate", "1gbit")
                 results.append(dict(algo=algo, seed=seed, uninterrupted=whole["accuracy"],
                                     **lost))
                 print(json.dumps(results[-1]), flush=True)
     os.makedirs(common.RESULTS, exist_ok=True)
-    with open(os.path.join(common.RESULTS, "elastic%s.json" % (
-            "-same-ranks" if args.same_ranks else "")), "w") as f:
+    with open(os.path.join(common.RESULTS, "elastic%s%s.json" % (
+            "-same-ranks" if args.same_ranks else "",
+            "" if args.model == "mlp" else "-" + args.model)), "w") as f:
         json.dump(results, f, indent=1)
     print("\n| algo | runs | host killed | kill to resume, s | kill to first epoch, s "
           "| epochs redone | accuracy after a loss | uninterrupted | difference |")

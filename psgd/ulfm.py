@@ -39,6 +39,16 @@ def is_failure(exc):
     return isinstance(exc, MPI.Exception) and exc.Get_error_class() in FAILURES
 
 
+def failed_on(exc, comm):
+    """Whether `exc` (raised by a call on `comm`) comes from a dead process:
+    a failure itself, or a failure inside a Waitall's or Testall's
+    statuses (MPI_ERR_IN_STATUS) while `comm` has a dead rank."""
+    if is_failure(exc):
+        return True
+    return isinstance(exc, MPI.Exception) and \
+        exc.Get_error_class() in (MPI.ERR_IN_STATUS, MPI.ERR_PENDING) and bool(failed_ranks(comm))
+
+
 def failed_ranks(comm):
     """The ranks of `comm` known to have died, acknowledged (so that the
     same failure is not raised again by wildcard receives), sorted."""

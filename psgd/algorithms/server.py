@@ -234,7 +234,7 @@ class Server(GivingUp, Algorithm):
             except (ProtocolError, KeyboardInterrupt):
                 raise
             except MPI.Exception as exc:
-                if not (self.survive_worker_loss and ulfm.is_failure(exc)):
+                if not (self.survive_worker_loss and ulfm.failed_on(exc, self.comm)):
                     self._give_up(NOTICE_SERVER_ERROR, self.node.rank, 0, None)
                     raise
                 self._lose(ulfm.failed_ranks(self.comm))

@@ -29,7 +29,7 @@ def _server_may_die(method):
         try:
             return method(self, *args, **kwargs)
         except MPI.Exception as exc:
-            if not ulfm.is_failure(exc):
+            if not ulfm.failed_on(exc, self.comm):
                 raise
             raise RuntimeError("the %s server died (%s): a job goes on after a "
                                "worker's death, not its server's" % (

@@ -16,6 +16,7 @@ worker trained since its last sync is lost; nothing else is."""
 import contextlib
 import io
 import json
+import time
 
 import numpy as np
 from mpi4py import MPI
@@ -41,12 +42,14 @@ class Handoff:
     checkpoint (arrays, header) of `epoch`, whose end (evaluation, metrics,
     checkpoint) is still to come, with this rank's training sums of it."""
 
-    def __init__(self, comm, arrays, header, train, lr, lost, hosts, syncs, server_totals):
+    def __init__(self, comm, arrays, header, train, lr, lost, hosts, syncs, server_totals,
+                 started):
         self.comm, self.arrays, self.header = comm, arrays, header
         self.epoch = header["epoch"]
         self.train, self.lr, self.lost, self.hosts = train, lr, lost, hosts
         self.syncs = syncs                  # the most syncs a worker made, up to the loss
         self.server_totals = server_totals  # the server's (rank 0), carried on
+        self.started = started              # time.time() when the job's training began
 
 
 def refuse_unless_possible(config):
@@ -84,12 +87,12 @@ class Survival:
         left; all then meet in the check (its communicator is not revoked)
         and go on from the state before this end, which the new trainer
         runs again."""
-        before = (trainer.samples, trainer.schedule.state())
+        before = (trainer.samples, trainer.schedule.state(), time.time() - wall)
         failed = False
         try:
             yield
         except MPI.Exception as exc:
-            if not ulfm.is_failure(exc):
+            if not ulfm.failed_on(exc, trainer.comm):
                 raise
             trainer.comm.Revoke()
             failed = True
@@ -117,7 +120,8 @@ class Survival:
         syncs = np.array([0 if p.is_server else p.sync.syncs], dtype=np.int64)
         survivors.Allreduce(MPI.IN_PLACE, [syncs, MPI.INT64_T], op=MPI.MAX)
         raise WorkersLost(Handoff(survivors, arrays, header, train, lr, lost, self.hosts,
-                                  int(syncs[0]), p.server_totals if p.is_server else None))
+                                  int(syncs[0]), p.server_totals if p.is_server else None,
+                                  started=before[2]))
 
     def say_lost(self, handoff, size, say):
         if say:

@@ -180,10 +180,12 @@ class Trainer(mpi.Closeable):
         progress = Progress(self.config.outputs.progress, self.parallel.worker_index == 0)
         start = time.time() - self.wall_offset
         row = {}
-        if self.handoff is not None:        # the end of the epoch that lost workers
+        if self.handoff is not None:        # the end of the epoch that lost workers, again
             h = self.handoff
-            row = self.end_epoch(h.epoch, h.train, time.time() - start, h.lr, h.syncs)
-            self._checkpoint_if_due(h.epoch, start)
+            start = h.started               # the job's wall clock goes on through the handover
+            with self._surviving(h.epoch, h.train, h.lr, time.time() - start):
+                row = self.end_epoch(h.epoch, h.train, time.time() - start, h.lr, h.syncs)
+                self._checkpoint_if_due(h.epoch, start)
         for epoch in range(self.start_epoch, run.epochs):
             lr = self.schedule.lr * self.schedule.fraction(epoch, run.epochs) * \
                 warmup_factor(epoch, opt.lr_scale, opt.warmup_epochs)
