@@ -97,6 +97,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--algos", default="bmuf,easgd")
     p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--first-seed", type=int, default=1)
     p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--model", choices=sorted(MODELS), default="mlp",
                    help="mlp: --model mlp --hidden 256; cnn: the trainer's default CNN")
@@ -110,7 +111,7 @@ def main():
     results = []
     with cluster.hosts(2, "1gbit"):
         for algo in args.algos.split(","):
-            for seed in range(1, args.seeds + 1):
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
                 whole = one_run(algo, seed, args.epochs, kill=False, extra=extra,
                                 model=args.model)
                 cluster.tool("down")
@@ -124,7 +125,8 @@ def main():
     os.makedirs(common.RESULTS, exist_ok=True)
     with open(os.path.join(common.RESULTS, "elastic%s%s.json" % (
             "-same-ranks" if args.same_ranks else "",
-            "" if args.model == "mlp" else "-" + args.model)), "w") as f:
+            "" if args.model == "mlp" else "-" + args.model) +
+            ("" if args.first_seed == 1 else "-from-seed-%d" % args.first_seed)), "w") as f:
         json.dump(results, f, indent=1)
     print("\n| algo | runs | host killed | kill to resume, s | kill to first epoch, s "
           "| epochs redone | accuracy after a loss | uninterrupted | difference |")

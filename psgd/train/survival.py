@@ -22,7 +22,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import ulfm
-from ..errors import UsageError
+from ..errors import CollectiveUsageError, UsageError
 from .metrics import kaldi_log
 
 
@@ -108,6 +108,12 @@ class Survival:
         LOST.extend(lost)
         if 0 in lost:
             raise RuntimeError("rank 0 (the server) was lost: the job cannot go on")
+        if survivors.Get_size() < 2:
+            raise CollectiveUsageError(
+                "every worker was lost (rank%s %s, in epoch %d): no worker is left to train%s" % (
+                    "s" if len(lost) > 1 else "", ", ".join(map(str, lost)), epoch + 1,
+                    "; the last checkpoint in %s is as it was" % trainer.config.outputs.checkpoint_dir
+                    if trainer.config.outputs.checkpoint_dir else ""))
         arrays = header = None
         if survivors.Get_rank() == 0:
             arrays, extra = trainer.parallel.checkpoint_state()

@@ -80,6 +80,20 @@ def test_a_dead_server_ends_the_job_naming_it(driver, tmp_path):
     assert "the easgd server died" in result.stderr, result.stderr
 
 
+@needs_ulfm
+@pytest.mark.timeout(90)
+def test_the_last_worker_lost_ends_the_job_with_its_checkpoint_intact(driver, tmp_path):
+    fault = {"what": "die", "rank": 1, "epoch": 1, "step": 4}
+    result = with_ft(2, [driver, json.dumps(fault), "--algo", "asgd", *QUICK,
+                         "--survive-worker-loss", "--epochs", "3", "--checkpoint-dir", "ck"],
+                     tmp_path, timeout=60)
+    assert_clean_failure(result, "every worker was lost (rank 1, in epoch 2): no worker is "
+                                 "left to train; the last checkpoint in ck is as it was")
+    latest = json.loads((tmp_path / "ck" / "LATEST").read_text())["folder"]
+    assert latest == "epoch-0000"
+    assert sorted(os.listdir(tmp_path / "ck" / latest)) == ["rank-00000.npz", "rank-00001.npz"]
+
+
 @pytest.mark.timeout(60)
 def test_survival_is_refused_where_the_mpi_cannot(tmp_path):
     """The mpich wheel has no ULFM; Open MPI has it only when started with it."""
