@@ -123,10 +123,10 @@ def main():
                                     **lost))
                 print(json.dumps(results[-1]), flush=True)
     os.makedirs(common.RESULTS, exist_ok=True)
-    with open(os.path.join(common.RESULTS, "elastic%s%s.json" % (
+    with open(os.path.join(common.RESULTS, "elastic%s%s%s.json" % (
             "-same-ranks" if args.same_ranks else "",
-            "" if args.model == "mlp" else "-" + args.model) +
-            ("" if args.first_seed == 1 else "-from-seed-%d" % args.first_seed)), "w") as f:
+            "" if args.model == "mlp" else "-" + args.model,
+            "" if args.first_seed == 1 else "-from-seed-%d" % args.first_seed)), "w") as f:
         json.dump(results, f, indent=1)
     print("\n| algo | runs | host killed | kill to resume, s | kill to first epoch, s "
           "| epochs redone | accuracy after a loss | uninterrupted | difference |")
