@@ -73,6 +73,24 @@ def packing(sizes, quick):
     return rows
 
 
+def _bytes_sent(obj, size, P, hosts):
+    """What rank 0 sends per sync by the ring-optimal share, 2 (P-1)/P of
+    its message among P: on one host the ranks; across H hosts the host
+    leaders (a hierarchical sum's share, what must cross a host's link),
+    which is what psgd's two-level sum runs when a host has several ranks."""
+    if hosts > 1:
+        P = hosts
+    if obj.compressed is None:
+        return 2 * (P - 1) / P * 4 * size
+    striped = obj.compressed.striped
+    levels = getattr(striped, "levels", None)
+    if levels is not None:
+        if not levels.is_leader:
+            return 0.0          # its sum stays on its host (only rank 0's is reported)
+        striped = striped.striped
+    return 2 * (P - 1) / P * int(sum(striped.sizes))
+
+
 def child(argv):
     from mpi4py import MPI
     import psgd
@@ -81,6 +99,9 @@ def child(argv):
     args = p.parse_args(argv)
     comm = MPI.COMM_WORLD
     P, rows = comm.Get_size(), []
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    hosts = comm.allreduce(1 if local.Get_rank() == 0 else 0)
+    local.Free()
     for size in (int(float(s)) for s in args.sizes.split(",")):
         objs = {}
         for kind in KINDS:
@@ -101,10 +122,8 @@ def child(argv):
                 times[kind].append(common.timed_collective(comm, lambda: step(kind)))
         for kind in KINDS:
             obj = objs[kind]
-            message = 4 * size if obj.compressed is None else \
-                int(sum(obj.compressed.striped.sizes))
             rows.append({"size": size, "kind": kind, "sync": common.median(times[kind]),
-                         "bytes": 2 * (P - 1) / P * message})
+                         "bytes": _bytes_sent(obj, size, P, hosts)})
             obj.close()
     if comm.rank == 0:
         import json
@@ -167,7 +186,9 @@ def report(pack, runs, note=""):
     headline = []
     if runs:
         md += ["", "A bmuf sync per quantizer against `none` (medians, interleaved, slowest "
-               "rank), and the bytes each rank sends per sync (ring-optimal share).", ""]
+               "rank), and the bytes rank 0 sends per sync by the ring-optimal share (2 (P-1)/P "
+               "of the message among the P ranks of one host, or among the host leaders "
+               "across hosts: what must cross a host's link).", ""]
         rows = []
         for run in runs:
             by = {(r["size"], r["kind"]): r for r in run["rows"]}
