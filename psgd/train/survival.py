@@ -27,6 +27,9 @@ from .metrics import kaldi_log
 
 
 LOST = []      # every rank this process's job lost, in the order lost
+# Longer than any epoch end's Agree takes (milliseconds): past it the
+# failure notices are not coming, and the job ends with a line, not a hang.
+AGREE_DEADLINE_S = 60.0
 
 
 class WorkersLost(Exception):
@@ -102,8 +105,12 @@ class Survival:
         """Collective over the live ranks: returns when no worker died,
         else raises WorkersLost on every one of them."""
         lost_here = failed or bool(trainer.parallel.lost_workers())
-        if ulfm.agree_none_lost(self.comm, lost_here):
-            return
+        try:
+            if ulfm.agree_none_lost(self.comm, lost_here, AGREE_DEADLINE_S):
+                return
+        except TimeoutError as exc:
+            raise RuntimeError("%s (the MPI's failure notices never came: did the launcher's "
+                               "daemon of a host die with its ranks?)" % exc) from None
         survivors, lost = ulfm.shrink(self.comm)
         LOST.extend(lost)
         if 0 in lost:
