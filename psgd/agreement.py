@@ -15,13 +15,19 @@ from .errors import CollectiveError, CollectiveUsageError, UsageError
 
 
 # Agreement: errors and layouts -------------------------------------------------
-def _bcast_text(comm, text, root):
-    raw = np.frombuffer(text.encode("utf-8"), dtype=np.uint8) if comm.rank == root else None
+def broadcast_bytes(comm, raw, root):
+    """Collective: `root`'s bytes (given there, None elsewhere) on every rank."""
+    raw = np.frombuffer(raw, dtype=np.uint8) if comm.rank == root else None
     length = np.array([0 if raw is None else raw.size], dtype=np.int64)
     comm.Bcast([length, MPI.INT64_T], root=root)
     buf = raw.copy() if raw is not None else np.empty(int(length[0]), dtype=np.uint8)
     comm.Bcast([buf, MPI.BYTE], root=root)
-    return buf.tobytes().decode("utf-8")
+    return buf.tobytes()
+
+
+def _bcast_text(comm, text, root):
+    return broadcast_bytes(comm, text.encode("utf-8") if comm.rank == root else None,
+                           root).decode("utf-8")
 
 
 def agree(comm, error):

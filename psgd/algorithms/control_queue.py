@@ -108,12 +108,6 @@ class ControlQueue:
         self.lost.update(j + self.first for j, _ in failed)
         return done
 
-    def forget(self, rank):
-        """`rank` died: drop its queued entry; its receive, if still
-        posted, completes in error (ignored: it is lost already)."""
-        self.take(rank)
-        self.lost.discard(rank)
-
     def _arrivals(self):
         """The Waiter's test: None while nothing has arrived (or died)."""
         done = self._testsome()

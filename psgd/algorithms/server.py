@@ -237,7 +237,7 @@ class Server(GivingUp, Algorithm):
                 if not (self.survive_worker_loss and ulfm.failed_on(exc, self.comm)):
                     self._give_up(NOTICE_SERVER_ERROR, self.node.rank, 0, None)
                     raise
-                self._lose(ulfm.failed_ranks(self.comm))
+                self._lose(())             # the ranks MPI knows dead
                 continue
             except Exception:
                 self._give_up(NOTICE_SERVER_ERROR, self.node.rank, 0, None)
@@ -248,13 +248,16 @@ class Server(GivingUp, Algorithm):
                     "worker": entry[0], "sync": self.syncs - 1, "staleness": self.staleness})
 
     def _lose(self, ranks):
-        """Drop the workers whose processes died (survive_worker_loss)."""
+        """Drop the workers whose processes died (survive_worker_loss):
+        `ranks`, and any other MPI knows dead."""
         ranks = [r for r in sorted(set(ranks) | set(ulfm.failed_ranks(self.comm)))
                  if r in self.running]
         for rank in ranks:
             self.lost[rank] = self.syncs
             self.running.discard(rank)
-            self.control.forget(rank)
+            # its queued entry goes; its receive, if still posted, completes in
+            # error later and is ignored (the rank is no longer running)
+            self.control.take(rank)
             sys.stderr.write("psgd: %s server: worker rank %d lost at sync %d (its process "
                              "died); %d other worker%s still in this round\n" % (
                                  self.name, rank, self.syncs, len(self.running),

@@ -21,7 +21,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .. import ulfm
+from .. import agreement, ulfm
 from ..errors import CollectiveUsageError, UsageError
 from .metrics import kaldi_log
 
@@ -160,13 +160,9 @@ def _broadcast(comm, arrays, header):
         out = io.BytesIO()
         np.savez(out, __header__=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8),
                  **arrays)
-        blob = np.frombuffer(out.getvalue(), dtype=np.uint8)
-    length = np.array([0 if blob is None else blob.size], dtype=np.int64)
-    comm.Bcast([length, MPI.INT64_T], root=0)
-    if blob is None:
-        blob = np.empty(int(length[0]), dtype=np.uint8)
-    comm.Bcast([blob, MPI.BYTE], root=0)
-    with np.load(io.BytesIO(blob.tobytes()), allow_pickle=False) as z:
+        blob = out.getvalue()
+    blob = agreement.broadcast_bytes(comm, blob, 0)
+    with np.load(io.BytesIO(blob), allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}
     header = json.loads(arrays.pop("__header__").tobytes().decode())
     return arrays, header

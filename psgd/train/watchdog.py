@@ -216,8 +216,6 @@ class Watchdog:
                 if not done:
                     break
                 for r in done:
-                    if r is None:
-                        continue        # only deaths: test again
                     table[r], seen_at[r] = landing[r], time.time()
                     if landing[r, 0] != DONE:
                         requests[r] = self.comm.Irecv(landing[r], source=r, tag=TAG_WATCHDOG)
@@ -248,7 +246,7 @@ class Watchdog:
         for r, _ in failed:
             self.dead.add(r)
             table[r, 0] = DONE
-        return [r for r, _ in done] + ([None] if failed else [])
+        return [r for r, _ in done]
 
     def _slow_links(self, behind, seen_at, said):
         """Name a host whose ranks hear rank 0 more than half the timeout
