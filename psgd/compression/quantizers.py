@@ -11,6 +11,7 @@ A quantized stripe is self-contained: its bytes depend on its elements only.
 import numpy as np
 
 from ..kernels import BLOCK
+from . import compiled
 from .one_bit import OneBit
 from .scratch import Scratch
 
@@ -59,6 +60,8 @@ class Fp16(_TwoBytes):
     def encode(self, u, wire):
         """Q(u) into wire, u <- u - D(Q(u)); False when a value overflowed."""
         half, ok = wire[:2 * u.size].view(np.uint16), True
+        if compiled.LOOPS.ready(u.size):
+            return compiled.fp16_encode(u, half, BLOCK // 8)
         (f32,), (where,) = self._arrays(u.size, "f", np.float32), self._arrays(u.size, "w", bool)
         a, b, c, d = self._arrays(u.size, "abcd")
         with np.errstate(over="ignore", invalid="ignore"):
@@ -74,6 +77,8 @@ class Fp16(_TwoBytes):
 
     def decode(self, wire, out, add=False):
         half = wire[:2 * out.size].view(np.uint16)
+        if compiled.LOOPS.ready(out.size):
+            return compiled.fp16_decode(half, out, add)
         a, b, c, d = self._arrays(out.size, "abcd")
         (where,) = self._arrays(out.size, "w", bool)
         for lo, hi in _blocks(out.size):
@@ -168,6 +173,8 @@ class Bf16(_TwoBytes):
 
     def encode(self, u, wire):
         top, ok = wire[:2 * u.size].view(np.uint16), True
+        if compiled.LOOPS.ready(u.size):
+            return compiled.bf16_encode(u, top)
         (f32,), (r,) = self._arrays(u.size, "f", np.float32), self._arrays(u.size, "r")
         with np.errstate(over="ignore", invalid="ignore"):
             for lo, hi in _blocks(u.size):
@@ -188,6 +195,8 @@ class Bf16(_TwoBytes):
 
     def decode(self, wire, out, add=False):
         top = wire[:2 * out.size].view(np.uint16)
+        if compiled.LOOPS.ready(out.size):
+            return compiled.bf16_decode(top, out, add)
         (r,) = self._arrays(out.size, "r")
         for lo, hi in _blocks(out.size):
             rs = r[:hi - lo]

@@ -12,9 +12,9 @@ ROOT = pathlib.Path(psgd.__file__).parent
 
 # Module-name prefix -> floor (the longest matching prefix wins).
 FLOORS = {"psgd.errors": 0, "psgd._threads": 0, "psgd._cuda_first": 0, "psgd.protocol": 0,
-          "psgd.settings": 0,
+          "psgd.settings": 0, "psgd.jit": 0,
           "psgd.backend": 1, "psgd.buffers": 1, "psgd.mpi": 1, "psgd.mpi_async": 1,
-          "psgd.kernels": 1, "psgd.compression": 1, "psgd.hierarchy": 1,
+          "psgd.kernels": 1, "psgd.kernel_loops": 1, "psgd.compression": 1, "psgd.hierarchy": 1,
           "psgd.cuda_aware": 1, "psgd.atomic": 1, "psgd.agreement": 1, "psgd.pieces": 1,
           "psgd.pipeline": 1, "psgd.nccl": 1, "psgd.trace": 1, "psgd.command_line": 1,
           "psgd.ulfm": 1,
@@ -25,7 +25,8 @@ FLOORS = {"psgd.errors": 0, "psgd._threads": 0, "psgd._cuda_first": 0, "psgd.pro
           "psgd.worker": 5, "psgd.timeline": 5, "psgd.kaldi": 5}
 # Imports within a floor that the architecture names; nothing else crosses.
 SIDEWAYS = {("psgd.kaldi_io", "psgd.nnet"), ("psgd.kaldi_io", "psgd.data"),
-            ("psgd._cuda_first", "psgd.settings"),
+            ("psgd._cuda_first", "psgd.settings"), ("psgd.jit", "psgd.settings"),
+            ("psgd.kernels", "psgd.kernel_loops"),
             ("psgd.buffers", "psgd.backend"), ("psgd.kernels", "psgd.backend"),
             ("psgd.mpi", "psgd.backend"), ("psgd.mpi", "psgd.cuda_aware"),
             ("psgd.mpi", "psgd.mpi_async"), ("psgd.hierarchy", "psgd.mpi"), ("psgd.command_line", "psgd.atomic"),

@@ -1,0 +1,47 @@
+"""psgd/kernels.py's host updates as loops compiled with Numba (psgd/jit.py):
+one trip through memory per update. Each does the NumPy pass's operations in
+the same order on the same types, and Numba without fastmath neither fuses
+a multiply into an add nor reorders: the same bits as the NumPy passes."""
+from . import jit
+
+
+def lerp(a, b, alpha):
+    for i in range(a.size):
+        a[i] += (b[i] - a[i]) * alpha
+
+
+def axpy(a, alpha, b):
+    for i in range(a.size):
+        a[i] += b[i] * alpha
+
+
+def add_scaled_difference(e, w, s, weight):
+    for i in range(e.size):
+        e[i] += (w[i] - s[i]) * weight
+
+
+def bmuf_update(w, w_g, D, keep, zeta, look):
+    for i in range(w.size):
+        d = D[i] * keep + (w[i] - w_g[i]) * zeta
+        g = w_g[i] + d
+        D[i] = d
+        w_g[i] = g
+        w[i] = d * look + g
+
+
+def momentum_step(x, v, d, m, alpha):
+    for i in range(x.size):
+        nv = v[i] * m + d[i]
+        v[i] = nv
+        x[i] += nv * alpha
+
+
+LOOPS = jit.Loops(globals(), ("lerp", "axpy", "add_scaled_difference", "bmuf_update",
+                              "momentum_step"))
+
+
+def ready(*arrays):
+    """Whether these host arrays go through the loops: flat, contiguous and
+    large enough (jit.MIN_SIZE)."""
+    return (all(a.ndim == 1 and a.flags.c_contiguous for a in arrays)
+            and LOOPS.ready(arrays[0].size))

@@ -1,0 +1,64 @@
+"""The compiled host updates (psgd/kernel_loops.py) give the NumPy passes'
+bits, special values included, on buffers past jit.MIN_SIZE; below it, and
+under PSGD_ACCEL=numpy, Numba is never asked."""
+import numpy as np
+import pytest
+
+from psgd import jit, kernel_loops, kernels
+
+pytest.importorskip("numba", reason="Numba is not installed (the 'fast' extra)")
+
+N = jit.MIN_SIZE + 1001        # past the threshold, and a ragged last NumPy block
+
+
+def arrays(count, dtype, seed):
+    rng = np.random.default_rng(seed)
+    out = [rng.standard_normal(N).astype(dtype) for _ in range(count)]
+    out[0][:4] = [np.inf, -np.inf, np.nan, -0.0]
+    out[-1][4:7] = [np.inf, np.nan, -0.0]
+    return out
+
+
+UPDATES = {
+    "lerp": (2, lambda a: kernels.lerp(a[0], a[1], 0.3)),
+    "axpy": (2, lambda a: kernels.axpy(a[0], -0.7, a[1])),
+    "add_scaled_difference": (3, lambda a: kernels.add_scaled_difference(a[0], a[1], a[2], 0.25)),
+    "bmuf_update": (3, lambda a: kernels.bmuf_update(a[0], a[1], a[2], 0.9, 0.8, True, 0.3)),
+    "bmuf_update_zeta_1": (3, lambda a: kernels.bmuf_update(a[0], a[1], a[2], 0.5, 1.0, False)),
+    "momentum_step": (3, lambda a: kernels.momentum_step(a[0], a[1], a[2], 0.9, 0.1)),
+}
+
+
+def run(update, dtype, setting, accel):
+    setting("PSGD_ACCEL", accel)
+    count, fn = UPDATES[update]
+    a = arrays(count, dtype, seed=len(update))
+    fn(a)
+    return a
+
+
+@pytest.mark.parametrize("update", sorted(UPDATES))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_loops_give_the_numpy_passes_bits(update, dtype, setting, monkeypatch):
+    setting("PSGD_ACCEL", "auto")
+    assert kernel_loops.LOOPS.ready(N)      # compiled before the spy goes in
+    calls = []
+    name = update.replace("_zeta_1", "")
+    compiled = getattr(kernel_loops, name)
+    monkeypatch.setattr(kernel_loops, name, lambda *a: calls.append(1) or compiled(*a))
+    expected = run(update, dtype, setting, "numpy")
+    assert not calls
+    got = run(update, dtype, setting, "auto")
+    assert calls, "the compiled loop was not used"
+    for g, e in zip(got, expected):
+        if update == "momentum_step" and g is got[2]:
+            continue        # d is the NumPy pass's scratch: left undefined
+        assert g.view(np.uint8).tobytes() == e.view(np.uint8).tobytes()
+
+
+def test_small_buffers_never_ask_numba(setting, monkeypatch):
+    setting("PSGD_ACCEL", "auto")
+    monkeypatch.setattr(kernel_loops.LOOPS, "_compile", lambda: pytest.fail("compiled"))
+    a = np.ones(jit.MIN_SIZE - 1, np.float32)
+    kernels.lerp(a, a.copy(), 0.5)
+    assert not kernel_loops.ready(a)
