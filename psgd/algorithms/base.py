@@ -38,6 +38,9 @@ class Algorithm(mpi.Closeable):
     # job's carry over; a worker's own (and compression's residuals) restart
     # as restart() makes them. Sharded: a server's shard (last axis).
     GLOBAL_STATE = WORKER_STATE = SHARDED_STATE = ()
+    # keys a checkpoint may lack (taken under other options): _load_state
+    # starts them as it documents
+    OPTIONAL_STATE = ()
     not_compressed = None   # why compression= is refused, where it is
 
     @classmethod
@@ -194,7 +197,7 @@ class Algorithm(mpi.Closeable):
 
     def load_state_dict(self, state):
         for key, array in self.state_dict().items():
-            if is_residual(key):
+            if is_residual(key) or (key in self.OPTIONAL_STATE and key not in state):
                 continue        # per-worker residuals: compression.feedback's rules
             if key not in state:
                 raise UsageError("checkpoint lacks %s state %r" % (self.name, key))

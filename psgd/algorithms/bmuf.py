@@ -12,6 +12,15 @@ w_g + eta * D that the workers were handed (the paper's W_g(t-1)).
 Measuring the delta from w_g instead would count eta * D twice, and the
 defaults (eta = 1 - 1/N, zeta = 1) would then diverge: D grows as
 eta * (1 + zeta) > 1. Without Nesterov both readings coincide.
+
+Compressed with compression_momentum = local, rank k keeps its share D_k
+of the block momentum and the sync sums the shares (docs/algorithms.md,
+"Momentum shares"):
+    D_k <- eta * D_k + zeta * (n_k / n) * (w_k - s)
+    D   <- sum_k D_k  (compressed)
+    w_g <- w_g + D;   w_k <- w_g + eta * D  (nesterov)  or  w_g
+Uncompressed these are the filter above (sum_k D_k = D); compressed, the
+rounding error reaches w_g once instead of through the filter's gain.
 """
 import numpy as np
 
@@ -27,7 +36,7 @@ def _momentum_range(eta):
 
 
 @register
-class Bmuf(CollectiveWorker):
+class Bmuf(compressed.MomentumShares, CollectiveWorker):
     name = "bmuf"
     OPTIONS = {
         "block_momentum": Option(lambda N: 1.0 - 1.0 / N, _momentum_range,
@@ -39,8 +48,10 @@ class Bmuf(CollectiveWorker):
                                     help="clear the local optimizer state after each sync "
                                          "(default on; the trainer's: off)"),
         **compressed.OPTIONS,
+        **compressed.MOMENTUM,
     }
     GLOBAL_STATE = ("global_model", "block_momentum", "block_start")
+    WORKER_STATE = OPTIONAL_STATE = ("momentum_share",)
 
     @property
     def clears_local_state(self):
@@ -49,14 +60,18 @@ class Bmuf(CollectiveWorker):
     def initialized(self):
         self.global_model = self.buffer.like()           # w_g
         self.block_momentum_buffer = self.buffer.like()  # D
+        self.share = self.buffer.like() if self.shares_momentum else None   # D_k
         self.restart()
 
     def restart(self):
         self.global_model.data[...] = self.buffer.data   # w_g = s = the model
         self.block_momentum_buffer.data.fill(0)          # D = 0
         self.start = 0.0                                 # s = w_g + start * D
+        if self.share is not None:
+            self.share.data.fill(0)
 
     def update(self, n_k, n, active):
+        self.keep_share(n_k, n, active)
         # w = sum_k (n_k/n) w_k, so G = w - s; the filter runs on each part
         # of w as its sum arrives
         self.average(n_k, n, active, then=self._filter)
@@ -66,6 +81,22 @@ class Bmuf(CollectiveWorker):
         kernels.bmuf_update(self.buffer.data[lo:hi], self.global_model.data[lo:hi],
                             self.block_momentum_buffer.data[lo:hi],
                             self.block_momentum, self.block_lr, self.nesterov, self.start)
+
+    def _apply_shared_sum(self):
+        w, D = self.buffer.data, self.block_momentum_buffer.data
+        self.compressed.sum(D, self.syncs)           # D <- sum_k D_k
+        w_g = self.global_model.data
+        w_g += D
+        w[...] = w_g
+        if self.nesterov:
+            kernels.axpy(w, self.block_momentum, D)
+
+    def _share_step(self, weight):
+        """D_k <- eta D_k + zeta c_k; returns D_k."""
+        share = self.share.data
+        share *= share.dtype.type(self.block_momentum)
+        kernels.axpy(share, self.block_lr, self.contribution(weight))
+        return share
 
     def start_point(self, out):
         """s = w_g + start * D."""
@@ -77,9 +108,12 @@ class Bmuf(CollectiveWorker):
         self.start = 0.0
 
     def state_dict(self):
-        return {"global_model": host_copy(self.global_model.data),
-                "block_momentum": host_copy(self.block_momentum_buffer.data),
-                "block_start": np.asarray(self.start), **self.compression_state()}
+        state = {"global_model": host_copy(self.global_model.data),
+                 "block_momentum": host_copy(self.block_momentum_buffer.data),
+                 "block_start": np.asarray(self.start), **self.compression_state()}
+        if self.share is not None:
+            state["momentum_share"] = host_copy(self.share.data)
+        return state
 
     def load_state_dict(self, state):
         # a checkpoint from before the start was kept: the trainer's are all
@@ -91,4 +125,7 @@ class Bmuf(CollectiveWorker):
         self.global_model.data[...] = self.buffer.xp.asarray(state["global_model"])
         self.block_momentum_buffer.data[...] = self.buffer.xp.asarray(state["block_momentum"])
         self.start = float(state["block_start"])
+        if self.share is not None:      # absent (a checkpoint under global): D's equal shares
+            self.share.data[...] = self.buffer.xp.asarray(state["momentum_share"]) \
+                if "momentum_share" in state else self.block_momentum_buffer.data / self.N
 

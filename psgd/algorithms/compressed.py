@@ -32,6 +32,71 @@ OPTIONS = {"compression": Option("none", kind=KINDS,
                                        help="the first K syncs go uncompressed (a warm-up; "
                                             "default 0)")}
 
+# bmuf and sod: where the momentum lives when the sums are compressed
+# (docs/algorithms.md, "Momentum shares")
+MOMENTUM = {"compression_momentum": Option(
+    "global", kind=("global", "local"),
+    help="with compression: global (the contract: the sum's rounding passes through the "
+         "momentum's gain) or local (each rank keeps its share of the momentum and the sync "
+         "sums the steps: rounding reaches the model once) (default global; the trainer's: "
+         "local)")}
+
+
+class MomentumShares:
+    """bmuf's and sod's compression_momentum (a mixin before the algorithm
+    class): refused where it cannot apply, in one line."""
+
+    @classmethod
+    def resolve_options(cls, options, size, servers=1):
+        resolved = super().resolve_options(options, size, servers)
+        if resolved.get("compression_momentum") == "local":
+            if resolved["compression"] == "none":
+                problem = "applies to compressed sums; compression is none"
+            else:
+                problem = cls.nonlinear_momentum(resolved)
+            if problem:
+                raise UsageError("%s: compression_momentum=local %s" % (cls.name, problem))
+        return resolved
+
+    @classmethod
+    def nonlinear_momentum(cls, options):
+        """Why the momentum under `options` cannot be split into shares, or None."""
+        return None
+
+    @property
+    def shares_momentum(self):
+        return self.compression_momentum == "local"
+
+    def keep_share(self, n_k, n, active):
+        """Before a plain sync (compression_start): update the share, so the
+        shares sum to the momentum when compression starts."""
+        if self.shares_momentum and self.share is not None and not self.compressing():
+            self._share_step(self.buffer.dtype.type(self._weight(n_k, n, active, False)))
+
+    def _compressed_average(self, weight, then):
+        if not self.shares_momentum:
+            super()._compressed_average(weight, then)
+            return
+        self.compressed.add(self._share_step(weight))
+        self._apply_shared_sum()
+
+    def contribution(self, weight):
+        """c_k = weight (w - s), in the start point's scratch."""
+        c = self.compressed.scratch
+        self.start_point(c)
+        np.subtract(self.buffer.data, c, out=c)
+        c *= weight
+        return c
+
+    def _share_step(self, weight):
+        """Update this rank's share; returns what it adds to the sum."""
+        raise NotImplementedError
+
+    def _apply_shared_sum(self):
+        """Sum the shares' steps (compressed) and step the model with it."""
+        raise NotImplementedError
+
+
 RANGES = {"fp16": "fp16's range (|x| <= 65504)", "bf16": "bf16's range (float32's)",
           "1bit": "float32's range"}
 
@@ -105,15 +170,14 @@ class Compression:
                 % (self.kind, sync + 1, RANGES[self.kind]))
         return count, bad
 
-    def add_delta(self, w, s, weight):
-        """e_k += weight * (w - s), block by block."""
-        t = w.dtype.type(weight)
+    def add(self, x):
+        """e_k += x (a momentum share's step, compression_momentum=local)."""
+        e = self.residual
+        e += x
 
-        def add(e, w, s):
-            d = np.subtract(w, s)
-            d *= t
-            e += d
-        kernels.blockwise(add, self.residual, w, s)
+    def add_delta(self, w, s, weight):
+        """e_k += weight * (w - s)."""
+        kernels.add_scaled_difference(self.residual, w, s, weight)
 
     def _feedbacks(self):
         return [self.parts[lo].feedback for lo in sorted(self.parts)]

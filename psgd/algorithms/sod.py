@@ -5,6 +5,15 @@ SodWorker, DiLoCo-style), stepping the common model w_g.
     w_g <- outer_step(w_g, g)                sgd | momentum | nesterov | adam
     w_k <- w_g
 Outer steps follow PyTorch's conventions, with state starting at 0.
+
+Compressed with compression_momentum = local (sgd, momentum, nesterov: the
+linear outer steps), rank k keeps its share m_k of the velocity (m = -v)
+and the sync sums each rank's step (docs/algorithms.md, "Momentum shares"):
+    c_k = (n_k / n) * (w_k - w_g);   m_k <- mu * m_k + c_k
+    d_k = c_k  (sgd)  |  m_k  (momentum)  |  c_k + mu * m_k  (nesterov)
+    w_g <- w_g + lr * sum_k d_k  (compressed)
+Uncompressed this is the outer step above; compressed, the rounding error
+reaches w_g once instead of through the momentum's gain 1 / (1 - mu).
 """
 import math
 
@@ -22,7 +31,7 @@ def _unit_interval(v):
 
 
 @register
-class Sod(CollectiveWorker):
+class Sod(compressed.MomentumShares, CollectiveWorker):
     name = "sod"
     OPTIONS = {
         "outer": Option("nesterov", kind=OUTER_STEPS, help="the outer step (default nesterov)"),
@@ -38,12 +47,22 @@ class Sod(CollectiveWorker):
         "eps": Option(1e-8, positive, flag="outer_eps",
                       help="adam outer step's epsilon (default 1e-8)"),
         **compressed.OPTIONS,
+        **compressed.MOMENTUM,
     }
     GLOBAL_STATE = ("global_model", "steps", "velocity", "second_moment")
+    WORKER_STATE = OPTIONAL_STATE = ("momentum_share",)
     beta1: float
     beta2: float
 
+    @classmethod
+    def nonlinear_momentum(cls, options):
+        if options["outer"] == "adam":
+            return "needs a linear outer step (sgd, momentum, nesterov), not adam"
+        return None
+
     def initialized(self):
+        self.share = (self.buffer.like() if self.shares_momentum and self.outer != "sgd"
+                      else None)     # m_k
         self.global_model = self.buffer.like()
         self.velocity = self.buffer.like() if self.outer != "sgd" else None
         self.second_moment = self.buffer.like() if self.outer == "adam" else None
@@ -51,13 +70,14 @@ class Sod(CollectiveWorker):
 
     def restart(self):
         self.global_model.data[...] = self.buffer.data
-        for state in (self.velocity, self.second_moment):
+        for state in (self.velocity, self.second_moment, self.share):
             if state is not None:
                 state.data.fill(0)
         self.steps = 0          # Adam's bias correction starts over too
 
     def update(self, n_k, n, active):
         self.steps += 1
+        self.keep_share(n_k, n, active)
         self.average(n_k, n, active, then=self._outer_step)
 
     def _outer_step(self, lo, hi):
@@ -69,6 +89,25 @@ class Sod(CollectiveWorker):
 
     def start_point(self, out):
         out[...] = self.global_model.data
+
+    def _apply_shared_sum(self):
+        w, w_g = self.buffer.data, self.global_model.data
+        self.compressed.sum(w, self.syncs)           # sum_k d_k
+        kernels.axpy(w_g, self.outer_lr, w)
+        w[...] = w_g
+
+    def _share_step(self, weight):
+        """m_k <- mu m_k + c_k; returns d_k (no share under sgd: d_k = c_k)."""
+        c = self.contribution(weight)
+        if self.outer == "sgd":
+            return c
+        m, mu = self.share.data, self.outer_momentum
+        m *= m.dtype.type(mu)
+        m += c
+        if self.outer == "momentum":
+            return m
+        kernels.axpy(c, mu, m)                       # nesterov: c_k + mu m_k
+        return c
 
     def _update(self, w, w_g, *state):
         g = self.buffer.xp.subtract(w_g, w, out=w)  # the pseudo-gradient, in w's memory
@@ -115,6 +154,8 @@ class Sod(CollectiveWorker):
             state["velocity"] = host_copy(self.velocity.data)
         if self.second_moment is not None:
             state["second_moment"] = host_copy(self.second_moment.data)
+        if self.share is not None:
+            state["momentum_share"] = host_copy(self.share.data)
         return state
 
     def _load_state(self, state):
@@ -126,3 +167,6 @@ class Sod(CollectiveWorker):
             self.velocity.data[...] = xp.asarray(state["velocity"])
         if self.second_moment is not None:
             self.second_moment.data[...] = xp.asarray(state["second_moment"])
+        if self.share is not None:      # absent (a checkpoint under global): -v's equal shares
+            self.share.data[...] = xp.asarray(state["momentum_share"]) \
+                if "momentum_share" in state else -self.velocity.data / self.N

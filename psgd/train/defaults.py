@@ -12,7 +12,7 @@ DEFAULT_LR = {"sgd": 0.05, "momentum": 0.02, "nesterov": 0.02, "adagrad": 0.02,
               "adadelta": 1.0, "rmsprop": 1e-3, "adam": 2e-3}
 
 
-def trainer_defaults(algo, num_workers, outer=None):
+def trainer_defaults(algo, num_workers, outer=None, compression=None):
     """Algorithm options the trainer sets when the user does not, by N. The
     algorithms' own defaults (psgd.create) stay those of docs/algorithms.md; these
     are what the convergence benchmark measured best with the trainer's data
@@ -24,8 +24,25 @@ def trainer_defaults(algo, num_workers, outer=None):
       one worker and never helped.
     - sod outer_lr = SOD_OUTER_LR(N) with its default Nesterov outer step
       (`outer`: the user's --outer, None for the default): see there.
-    - asgd/masgd staleness_compensation = STALENESS_COMPENSATION: see there."""
+    - asgd/masgd staleness_compensation = STALENESS_COMPENSATION: see there.
+    - bmuf and sod (linear outer steps), compressed: compression_momentum
+      local (`compression`: the user's --compression): see SHARED_MOMENTUM."""
     N = num_workers
+    options = _trainer_defaults(algo, N, outer)
+    if compression not in (None, "none") and algo in SHARED_MOMENTUM and outer != "adam":
+        options["compression_momentum"] = "local"
+    return options
+
+
+# bmuf and sod compressed keep each rank's share of the momentum and sum the
+# steps: with the momentum global, 1bit's rounding passed through its gain
+# and sod (mu 0.9) ended 24 points below `none` on MNIST-1D, 50 on the Kaldi
+# corpus, at 4 workers (benchmarks/FINDINGS.md, "Compression on the wire:
+# accuracy").
+SHARED_MOMENTUM = ("bmuf", "sod")
+
+
+def _trainer_defaults(algo, N, outer):
     if algo == "easgd":
         return {"alpha": max(0.9 / N, 0.3)}
     if algo == "sod" and outer in (None, "nesterov"):

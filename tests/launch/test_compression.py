@@ -35,3 +35,14 @@ def test_a_compressed_job_checkpoints_and_resumes_its_residuals(tmp_path):
 def test_easgd_refuses_compression_in_one_line():
     result = psgd_train(2, *QUICK, "--epochs", "1", "--algo", "easgd", "--compression", "fp16")
     assert_clean_failure(result, "--compression: easgd exchanges a model, not a delta")
+
+
+def test_compressed_sod_shares_its_momentum_and_the_flag_is_checked():
+    result = psgd_train(2, *QUICK[:-1], "--epochs", "1", "--algo", "sod", "--compression",
+                        "1bit")
+    assert result.returncode == 0, result.stderr
+    assert "compression_momentum local" in result.stdout + result.stderr
+    result = psgd_train(2, *QUICK, "--epochs", "1", "--algo", "bmuf",
+                        "--compression-momentum", "local")
+    assert_clean_failure(result, "bmuf: compression_momentum=local applies to compressed "
+                                 "sums; compression is none")

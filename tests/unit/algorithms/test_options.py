@@ -14,10 +14,11 @@ COMPRESSION = {"compression": "none", "compression_block": 512, "compression_sta
 def test_defaults_follow_the_contract():
     assert resolve("bmuf", size=4) == {"block_momentum": 0.75, "block_lr": 1.0,
                                        "nesterov": True, "reset_local_state": True,
-                                       **COMPRESSION}
+                                       "compression_momentum": "global", **COMPRESSION}
     assert resolve("bmuf", size=1)["block_momentum"] == 0.0
     sod = resolve("sod")
     assert (sod["outer"], sod["outer_lr"], sod["outer_momentum"]) == ("nesterov", 0.7, 0.9)
+    assert sod["compression_momentum"] == "global"
     assert resolve("bsp") == {"weighting": "samples", **COMPRESSION}
     assert resolve("syncgrad") == COMPRESSION
 
@@ -36,6 +37,8 @@ def test_defaults_follow_the_contract():
     ("bmuf", {"compression": "2bit"}, "none, fp16, bf16, 1bit"),
     ("sod", {"compression_block": 0}, "compression_block"),
     ("syncgrad", {"compression_start": -1}, "compression_start"),
+    ("sod", {"compression_momentum": "shared"}, "global, local"),
+    ("bsp", {"compression_momentum": "local"}, "no option compression_momentum"),
     ("bsp", {"compression_block": 2.5}, "integer"),
     ("easgd", {"compression": "fp16"}, "exchanges a model"),
     ("masgd", {"compression": "4bit"}, "none, fp16, bf16, 1bit"),

@@ -103,3 +103,22 @@ def test_asgd_takes_a_local_momentum_of_one_half_at_2_3_and_5_workers():
     assert local_momentum(make_config(algo="asgd", optimizer="momentum"), 2) == 0.5
     assert local_momentum(make_config(algo="asgd", optimizer="sgd"), 2) is None
     assert local_momentum(make_config(algo="masgd"), 4) is None
+
+
+def test_compressed_bmuf_and_sod_share_their_momentum_by_default():
+    from psgd.train.options import algorithm_options
+    local = {"compression_momentum": "local"}
+    bmuf = algorithm_options(make_config(algo="bmuf", compression="1bit"), 4)
+    assert bmuf["compression_momentum"] == "local" and bmuf["compression"] == "1bit"
+    assert algorithm_options(make_config(algo="sod", compression="fp16"), 4)[
+        "compression_momentum"] == "local"
+    assert "compression_momentum" not in algorithm_options(make_config(algo="bmuf"), 4)
+    assert "compression_momentum" not in algorithm_options(
+        make_config(algo="sod", outer="adam", compression="1bit"), 4)     # not linear
+    assert "compression_momentum" not in algorithm_options(
+        make_config(algo="syncgrad", compression="1bit"), 4)
+    assert algorithm_options(make_config(algo="bmuf", compression="1bit",
+                                         compression_momentum="global"), 4)[
+        "compression_momentum"] == "global"
+    assert local.items() <= algorithm_options(
+        make_config(algo="sod", outer="momentum", compression="bf16"), 2).items()
