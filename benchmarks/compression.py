@@ -38,9 +38,29 @@ def _once(fn):
 SCALES = (1.0, 1e-4)
 
 
+def _passes():
+    """The quantizers' passes to time: compiled (Numba, where installed) and NumPy's."""
+    import importlib.util
+    return (["compiled"] if importlib.util.find_spec("numba") else []) + ["numpy"]
+
+
 def packing(sizes, quick):
     """Rows of each quantizer's encode and decode time beside a memcpy and
-    np.packbits of the same buffer, for each size and value scale."""
+    np.packbits of the same buffer, for each size, value scale and passes."""
+    from psgd import jit, settings
+    rows = []
+    for passes in _passes():
+        previous = settings.set("PSGD_ACCEL", "auto" if passes == "compiled" else "numpy")
+        # below jit.MIN_SIZE a job runs NumPy's passes whatever is installed
+        chosen = [n for n in sizes if passes == "numpy" or n >= jit.MIN_SIZE]
+        try:
+            rows += [dict(r, passes=passes) for r in _packing(chosen, quick)]
+        finally:
+            settings.set("PSGD_ACCEL", previous)
+    return rows
+
+
+def _packing(sizes, quick):
     from psgd.compression import quantizer
     rows = []
     for size, scale in ((size, scale) for size in sizes for scale in SCALES):
@@ -173,10 +193,14 @@ def rerender():
 def report(pack, runs, note=""):
     md = ["Packing, one process, float32: each quantizer's encode (Q plus the residual "
           "update) and decode against a memcpy of the uncompressed buffer (ratio to the "
-          "memcpy) and np.packbits of the signs alone; values N(0,1) times `scale`.", ""]
-    md += common.table(["parameters", "scale", "quantizer", "memcpy", "np.packbits", "encode",
-                        "decode"],
-                       [[common.fmt_size(r["size"]), "%g" % r.get("scale", 1.0), r["kind"],
+          "memcpy) and np.packbits of the signs alone; values N(0,1) times `scale`. "
+          "`passes`: compiled with Numba (what a job runs where Numba is installed, for "
+          "stripes of 131072 elements or more: psgd/jit.py) or NumPy's (smaller stripes, "
+          "PSGD_ACCEL=numpy, or no Numba).", ""]
+    md += common.table(["passes", "parameters", "scale", "quantizer", "memcpy", "np.packbits",
+                        "encode", "decode"],
+                       [[r.get("passes", "numpy"), common.fmt_size(r["size"]),
+                         "%g" % r.get("scale", 1.0), r["kind"],
                          common.fmt_time(r["memcpy"]),
                          "%s (%.2fx)" % (common.fmt_time(r["packbits"]),
                                          r["packbits"] / r["memcpy"]),

@@ -35,7 +35,7 @@ if common.ROOT not in sys.path:
 SECTIONS = ("sync_overhead", "server_roundtrip", "server_throughput", "accel", "scaling",
             "convergence", "memory", "gpu_staging", "torch_ddp", "cluster_sync",
             "cluster_hierarchy", "cluster_servers", "cluster_torch", "compression",
-            "cluster_e2e")
+            "compression_accuracy", "cluster_e2e")
 # The cluster regime's sections: jobs across namespace hosts (root only),
 # run by `--regime cluster` and otherwise kept from their saved results.
 CLUSTER_SECTIONS = ("cluster_sync", "cluster_hierarchy", "cluster_servers", "cluster_torch",

@@ -87,6 +87,9 @@ def child(argv):
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--blocks", type=int, default=4)
     p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--keep-local-state", action="store_true",
+                   help="bmuf: reset_local_state=False (the trainer's default; the "
+                        "algorithm's clears Adam's moments after every sync)")
     args = p.parse_args(argv)
     comm = MPI.COMM_WORLD
     torch.set_num_threads(1)
@@ -97,18 +100,25 @@ def child(argv):
     model = mnist1d_cnn(hidden=args.hidden or MODELS[args.model])
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     sync = None
-    if args.mode == "ddp":
+    if args.mode.startswith("ddp"):
         import torch.distributed as dist
         dist.init_process_group("gloo", init_method="env://", rank=comm.rank,
                                 world_size=comm.size)
         trained = torch.nn.parallel.DistributedDataParallel(model)
+        if args.mode == "ddp_fp16":
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+            trained.register_comm_hook(None, default_hooks.fp16_compress_hook)
         workers, k, quiet = comm.size, comm.rank, trained.no_sync
     else:
         trained = model
         kind = torch_ddp_report.COMPRESSION.get(args.mode)
         grads = args.mode.startswith("syncgrad")
-        sync = psgd.torch.create("syncgrad" if grads else args.mode, model, comm=comm,
-                                 **({"compression": kind} if kind else {}))
+        # bmuf_1bit: compressed, with the trainer's momentum shares
+        shares = {"compression_momentum": "local"} if args.mode == "bmuf_1bit" else {}
+        if args.keep_local_state:
+            shares["reset_local_state"] = False
+        sync = psgd.torch.create("syncgrad" if grads else args.mode.split("_")[0], model,
+                                 comm=comm, **({"compression": kind} if kind else {}), **shares)
         workers, k = sync.N, comm.rank - (comm.size - sync.N)
         if sync.role != "server" and args.mode != "syncgrad_late":
             opt = psgd.torch.DistributedOptimizer(
@@ -177,7 +187,7 @@ def child(argv):
     last = comm.size - 1
     steps_of_last = comm.bcast((clock.medians(), alone.medians()) if comm.rank == last
                                else None, root=last)
-    if args.mode == "ddp":
+    if args.mode.startswith("ddp"):
         torch.distributed.destroy_process_group()
     if comm.rank == 0:
         with open(args.out, "w") as f:
@@ -259,7 +269,8 @@ def settings(quick, hosts):
     return [(h, n, m) for h in hosts for n in nps for m in models]
 
 
-def launch(setting, mode, epochs, out):
+def launch(setting, mode, epochs, out, flags=(), wide_epochs=1):
+    """One child run of `setting`; `flags`: more of the child's flags."""
     hosts, np_, model = setting
     env = {"PSGD_BACKEND": "numpy", "MASTER_PORT": _free_port(), "OMP_NUM_THREADS": "1"}
     launcher = None
@@ -270,9 +281,9 @@ def launch(setting, mode, epochs, out):
                    PSGD_LOCAL_CLUSTER=CLUSTER, MPIEXEC=common.mpirun_path())
         launcher = [sys.executable, TOOL, "mpirun", "-hosts",
                     ",".join("h%d:%d" % (i, np_ // hosts) for i in range(hosts))]
-    epochs = epochs if model == "cnn" else 1    # the wide CNN: ~100x the time per epoch
+    epochs = epochs if model == "cnn" else wide_epochs   # the wide CNN: ~100x an epoch's time
     return common.run_child("torch_ddp.py", np_, out, ["--mode", mode, "--model", model,
-                                                       "--epochs", epochs],
+                                                       "--epochs", epochs, *flags],
                             timeout=1800, env=env, pin_blas=True, launcher=launcher)
 
 
