@@ -69,15 +69,18 @@ def stall_report(table, seen_at, now, timeout, hosts=None, beat=0.0):
         return None
     stuck = [r for r in waiting if phase[r] == SYNCING and elapsed[r] > timeout]
     serving = [r for r in range(size) if phase[r] == SERVING]   # ranks 0..S-1 under --servers S
-    if not late and stuck and all(phase[r] in WAITING for r in range(size)):
+    # a rank gone (its goodbye, or its process dead under
+    # --survive-worker-loss) waits for nothing and holds nothing up
+    live = [r for r in range(size) if phase[r] != DONE]
+    if not late and stuck and all(phase[r] in WAITING for r in live):
         if serving:
             # Every worker waits and the servers have been asked: one of them is it.
             late = serving
             for r in serving:
                 waiting.remove(r)
-        elif all(elapsed[r] > timeout for r in range(size)):
+        elif all(elapsed[r] > timeout for r in live):
             line = "psgd: stall: every rank has waited for more than %gs (stuck in MPI?): %s" % (
-                timeout, ", ".join(describe(names, r, table[r], elapsed[r]) for r in range(size)))
+                timeout, ", ".join(describe(names, r, table[r], elapsed[r]) for r in live))
             return line, ("all",) + tuple(int(table[r, 2]) for r in stuck)
     if not late:
         return None

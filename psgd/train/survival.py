@@ -101,6 +101,36 @@ class Survival:
             failed = True
         self.check(trainer, epoch, train, lr, wall, before, failed)
 
+    @contextlib.contextmanager
+    def job_end(self, trainer):
+        """Around the job's last collectives (after the last epoch's check),
+        then an agreement among the live ranks that doubles as their last
+        barrier: a rank that leaves with os._exit (worker.py) must not take
+        with it a message another rank's collective still waits for. A
+        worker that dies here is named; its work was all in, the final
+        model written first (Trainer.finish), and the job ends well."""
+        failed = False
+        try:
+            yield
+        except MPI.Exception as exc:
+            if not ulfm.failed_on(exc, trainer.comm):
+                raise
+            trainer.comm.Revoke()   # no rank waits in a collective the others left
+            failed = True
+        try:
+            if ulfm.agree_none_lost(self.comm, failed, AGREE_DEADLINE_S):
+                return
+        except TimeoutError as exc:
+            raise RuntimeError("%s (the MPI's failure notices never came)" % exc) from None
+        lost = ulfm.failed_ranks(self.comm)
+        LOST.extend(lost)
+        if 0 in lost:
+            raise RuntimeError("rank 0 (the server) was lost as the job ended: the final "
+                               "model may be incomplete")
+        if trainer.main:
+            kaldi_log("lost %s as the job ended (the process died), after the last epoch's "
+                      "work was in" % _ranks_by_host(lost, self.hosts), "survive")
+
     def check(self, trainer, epoch, train, lr, wall, before, failed):
         """Collective over the live ranks: returns when no worker died,
         else raises WorkersLost on every one of them."""
@@ -138,14 +168,19 @@ class Survival:
 
     def say_lost(self, handoff, size, say):
         if say:
-            by_host = {}
-            for r in handoff.lost:
-                by_host.setdefault(handoff.hosts[r], []).append(str(r))
             kaldi_log("lost %s in epoch %d (the process died): going on with %d ranks from "
                       "the server's center, as --resume at %d ranks would" % (
-                          ", ".join("rank%s %s on %s" % ("s" if len(r) > 1 else "", ", ".join(r), h)
-                                    for h, r in by_host.items()), handoff.epoch + 1, size, size),
-                      "survive")
+                          _ranks_by_host(handoff.lost, handoff.hosts), handoff.epoch + 1, size,
+                          size), "survive")
+
+
+def _ranks_by_host(ranks, hosts):
+    """'rank 3 on h1', 'ranks 2, 3 on h1, rank 5 on h2'."""
+    by_host = {}
+    for r in ranks:
+        by_host.setdefault(hosts[r], []).append(str(r))
+    return ", ".join("rank%s %s on %s" % ("s" if len(r) > 1 else "", ", ".join(r), h)
+                     for h, r in by_host.items())
 
 
 def survival(config, comm, hosts):

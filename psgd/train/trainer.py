@@ -201,8 +201,9 @@ class Trainer(mpi.Closeable):
             if self.schedule.done:
                 break
         progress.close()
-        self.watchdog.close()
-        self.finish()
+        with self._surviving_end():
+            self.watchdog.close()
+            self.finish()
         return row
 
     def _surviving(self, epoch, train, lr, wall):
@@ -211,6 +212,13 @@ class Trainer(mpi.Closeable):
         if self.survival is None:
             return contextlib.nullcontext()
         return self.survival.epoch_end(self, epoch, train, lr, wall)
+
+    def _surviving_end(self):
+        """The job's last collectives, which a worker's death no longer
+        stops (survival.py)."""
+        if self.survival is None:
+            return contextlib.nullcontext()
+        return self.survival.job_end(self)
 
     def _checkpoint_if_due(self, epoch, start):
         if self.checkpointer and ((epoch + 1) % self.config.outputs.checkpoint_every == 0
@@ -292,13 +300,15 @@ class Trainer(mpi.Closeable):
         """The final model: rank 0's (w_g, the server's center, or the
         gathered model-parallel network)."""
         state = self.parallel.final_state()
-        self.parallel.closing_lines(self.say, self.main)
         outputs = self.config.outputs
+        # written before the closing collectives: a worker that dies in them
+        # (--survive-worker-loss) costs the job its last lines, not its model
         if outputs.out and self.main:
             model_files.save_model(outputs.out, state, self.header(), self.data,
                                    binary=outputs.binary)
             if self.say:
                 kaldi_log("wrote %s" % outputs.out, "finish")
+        self.parallel.closing_lines(self.say, self.main)
         summary = self.parallel.summary()
         if summary and self.say:
             kaldi_log(summary, "finish")

@@ -2,7 +2,7 @@
 waits in a sync and ranks 0..S-1 serve, the report names the servers."""
 import numpy as np
 
-from psgd.train.watchdog import COMPUTING, SERVING, SYNCING, stall_report
+from psgd.train.watchdog import COMPUTING, DONE, SERVING, SYNCING, stall_report
 
 
 def table(phases, ms=5000):
@@ -33,3 +33,17 @@ def test_every_server_is_named_and_none_listed_as_waiting():
 def test_a_late_worker_is_named_rather_than_the_servers():
     line, key = report([SERVING, SERVING, SYNCING, COMPUTING])
     assert [k[0] for k in key] == [3] and "server, epoch" not in line.split("; waiting")[0]
+
+
+def test_a_dead_worker_does_not_hide_a_stuck_server():
+    """--survive-worker-loss: rank 3's process died (DONE in the table) and
+    the server stopped answering the others: the report still names it."""
+    line, key = report([SERVING, SYNCING, SYNCING, DONE])
+    assert "rank 0 (the server, epoch 1: no answer for 5.0s)" in line
+    assert "rank 3" not in line
+    assert [k[0] for k in key] == [0]
+
+
+def test_a_dead_worker_does_not_hide_every_rank_stuck():
+    line, _ = report([SYNCING, SYNCING, DONE])
+    assert "every rank has waited for more than 2s" in line and "rank 2" not in line
