@@ -91,15 +91,9 @@ class Survival:
         and go on from the state before this end, which the new trainer
         runs again."""
         before = (trainer.samples, trainer.schedule.state(), time.time() - wall)
-        failed = False
-        try:
+        with _revoking(trainer.comm) as failed:
             yield
-        except MPI.Exception as exc:
-            if not ulfm.failed_on(exc, trainer.comm):
-                raise
-            trainer.comm.Revoke()
-            failed = True
-        self.check(trainer, epoch, train, lr, wall, before, failed)
+        self.check(trainer, epoch, train, lr, wall, before, bool(failed))
 
     @contextlib.contextmanager
     def job_end(self, trainer):
@@ -109,21 +103,13 @@ class Survival:
         with it a message another rank's collective still waits for. A
         worker that dies here is named; its work was all in, the final
         model written first (Trainer.finish), and the job ends well."""
-        failed = False
-        try:
+        with _revoking(trainer.comm) as failed:
             yield
-        except MPI.Exception as exc:
-            if not ulfm.failed_on(exc, trainer.comm):
-                raise
-            trainer.comm.Revoke()   # no rank waits in a collective the others left
-            failed = True
-        try:
-            if ulfm.agree_none_lost(self.comm, failed, AGREE_DEADLINE_S):
-                return
-        except TimeoutError as exc:
-            raise RuntimeError("%s (the MPI's failure notices never came)" % exc) from None
+        if self._none_lost(bool(failed)):
+            return
         lost = ulfm.failed_ranks(self.comm)
         LOST.extend(lost)
+        trainer.abandon(lost)       # its close() would free communicators with the dead
         if 0 in lost:
             raise RuntimeError("rank 0 (the server) was lost as the job ended: the final "
                                "model may be incomplete")
@@ -134,13 +120,8 @@ class Survival:
     def check(self, trainer, epoch, train, lr, wall, before, failed):
         """Collective over the live ranks: returns when no worker died,
         else raises WorkersLost on every one of them."""
-        lost_here = failed or bool(trainer.parallel.lost_workers())
-        try:
-            if ulfm.agree_none_lost(self.comm, lost_here, AGREE_DEADLINE_S):
-                return
-        except TimeoutError as exc:
-            raise RuntimeError("%s (the MPI's failure notices never came: did the launcher's "
-                               "daemon of a host die with its ranks?)" % exc) from None
+        if self._none_lost(failed or bool(trainer.parallel.lost_workers())):
+            return
         survivors, lost = ulfm.shrink(self.comm)
         LOST.extend(lost)
         if 0 in lost:
@@ -166,12 +147,34 @@ class Survival:
                                   int(syncs[0]), p.server_totals if p.is_server else None,
                                   started=before[2]))
 
+    def _none_lost(self, lost_here):
+        try:
+            return ulfm.agree_none_lost(self.comm, lost_here, AGREE_DEADLINE_S)
+        except TimeoutError as exc:
+            raise RuntimeError("%s (the MPI's failure notices never came: did the launcher's "
+                               "daemon of a host die with its ranks?)" % exc) from None
+
     def say_lost(self, handoff, size, say):
         if say:
             kaldi_log("lost %s in epoch %d (the process died): going on with %d ranks from "
                       "the server's center, as --resume at %d ranks would" % (
                           _ranks_by_host(handoff.lost, handoff.hosts), handoff.epoch + 1, size,
                           size), "survive")
+
+
+@contextlib.contextmanager
+def _revoking(comm):
+    """Yields a list that holds True once a collective inside failed on a
+    dead rank: then `comm` is revoked, so that every other rank's next
+    collective on it fails too and no rank waits for one the others left."""
+    failed = []
+    try:
+        yield failed
+    except MPI.Exception as exc:
+        if not ulfm.failed_on(exc, comm):
+            raise
+        comm.Revoke()
+        failed.append(True)
 
 
 def _ranks_by_host(ranks, hosts):

@@ -29,8 +29,7 @@ def rows(path):
 
 def run_and_kill_rank3(cluster, workdir, after_rows):
     """The job on 2 hosts x 2 ranks; rank 3's process killed once the
-    metrics hold `after_rows` epochs (all of them: it may have ended).
-    Returns (returncode, stdout, stderr)."""
+    metrics hold `after_rows` epochs. Returns (returncode, stdout, stderr)."""
     cmd = cluster.mpirun_command(2, 4, ["-m", "psgd.worker", "--algo", "easgd",
                                         "--survive-worker-loss", "--epochs", str(EPOCHS),
                                         "--metrics", "m.jsonl", "--checkpoint-dir", "ck",
@@ -47,7 +46,7 @@ def run_and_kill_rank3(cluster, workdir, after_rows):
             assert job.poll() is None and time.time() < deadline, \
                 (workdir / "err.txt").read_text()[-3000:]
             time.sleep(0.02)
-        assert after_rows == EPOCHS or len(cluster.ranks("h1")) == 2
+        assert len(cluster.ranks("h1")) == 2
         cluster.tool("exec", "h1", "sh", "-c", "for p in $(pgrep -f psgd.worker); do grep -qa "
                      "OMPI_COMM_WORLD_RANK=3 /proc/$p/environ && kill -9 $p; done; true")
         try:
@@ -71,14 +70,3 @@ def test_a_worker_killed_on_the_other_host_and_the_job_goes_on(fresh_cluster, wo
     assert (workdir / "final.npz").exists()
     assert fresh_cluster.ranks("h0") == [] and fresh_cluster.ranks("h1") == []
 
-
-def test_a_worker_killed_as_the_job_ends_costs_nothing(fresh_cluster, workdir):
-    """Killed once the last epoch's row is written: in its checkpoint, the
-    job's closing collectives, or after its exit; the job ends well with
-    its model whichever it meets."""
-    code, stdout, stderr = run_and_kill_rank3(fresh_cluster, workdir, EPOCHS)
-    assert code == 0, stderr[:3000]
-    assert "Traceback" not in stderr and "failed" not in stderr, stderr[:3000]
-    assert [r["epoch"] for r in rows(workdir / "m.jsonl")] == list(range(1, EPOCHS + 1))
-    assert (workdir / "final.npz").exists()
-    assert fresh_cluster.ranks("h0") == [] and fresh_cluster.ranks("h1") == []
