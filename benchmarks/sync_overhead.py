@@ -186,7 +186,7 @@ def child(argv):
         import json
         with open(args.out, "w") as f:
             json.dump({"np": comm.size, "accel": settings.get("PSGD_ACCEL"),
-                       "pipeline_chunk": pipeline.pipeline_chunk(), "across_hosts": across,
+                       "pipeline_chunk": pipeline.pipeline_chunk(across), "across_hosts": across,
                        "pipeline_threshold": pipeline.pipeline_threshold(across),
                        "rows": rows}, f)
 

@@ -18,7 +18,12 @@ in two chunks, bsp's from 0.81-1.01x to 0.80-0.89x, and at 1e7 and up it
 won too. Within one host (shared memory) only buffers of 4M elements and up
 are: below, the pipeline tied at 1e6 and lost at 2e6-4e6 (bmuf 2.7-3.5x ->
 3.1-4.3x), and it won from 1e7 on (a 40 MB sum in chunks that stay in
-cache). 256k-1M elements per chunk did about equally well.
+cache). 256k-1M elements per chunk did about equally well there. Across
+hosts the chunk is 256k: the update of the last chunk has nothing left to
+hide under, and with 512k a 1e6 buffer is two chunks, so half of sod's
+update was exposed (2 hosts x 2 ranks at 1 Gb/s, quiet machine: sod 1.15x
+the link floor in 512k chunks, 1.04x in 256k; every collective sync from
+1e6 to 1e8 at 1.00-1.06x in 256k).
 
 Device memory never goes to Iallreduce: Open MPI's CUDA support (UCX
 included) leaves the non-blocking reductions out, so a CUDA-aware exchange
@@ -32,14 +37,20 @@ from . import mpi, settings
 
 ONE_HOST_THRESHOLD = 1 << 22        # ranks on one host: smaller buffers (16 MB) in one call
 ACROSS_HOSTS_THRESHOLD = 0          # ranks on several hosts: every buffer of > 1 chunk
+ONE_HOST_CHUNK = 1 << 19            # elements per Iallreduce (2 MB of float32)
+ACROSS_HOSTS_CHUNK = 1 << 18
 PROGRESS_BLOCK = 1 << 16            # host elements between two Tests
 PIPELINE_DEPTH = 2                  # chunks in flight at once
 
 
-def pipeline_chunk():
-    """Elements per pipelined Iallreduce (PSGD_MPI_PIPELINE_CHUNK, never
-    above the MPI count limit)."""
-    return min(settings.get("PSGD_MPI_PIPELINE_CHUNK"), mpi.chunk_elements())
+def pipeline_chunk(across_hosts=False):
+    """Elements per pipelined Iallreduce on a communicator within one host
+    or across several (PSGD_MPI_PIPELINE_CHUNK where set; never above the
+    MPI count limit)."""
+    chunk = settings.get("PSGD_MPI_PIPELINE_CHUNK")
+    if chunk is None:
+        chunk = ACROSS_HOSTS_CHUNK if across_hosts else ONE_HOST_CHUNK
+    return min(chunk, mpi.chunk_elements())
 
 
 def pipeline_threshold(across_hosts=False):
@@ -52,7 +63,7 @@ def pipeline_threshold(across_hosts=False):
 
 
 def pipelined(size, across_hosts=False):
-    return size >= pipeline_threshold(across_hosts) and size > pipeline_chunk()
+    return size >= pipeline_threshold(across_hosts) and size > pipeline_chunk(across_hosts)
 
 
 def allreduce(exchange, before=None, after=None, from_end=False):
@@ -62,9 +73,12 @@ def allreduce(exchange, before=None, after=None, from_end=False):
     the first call on an exchange asks whether its ranks span hosts."""
     size = exchange.buffer.size
     device_wire = exchange.direct and exchange.buffer.on_device
-    if (before or after) and size > pipeline_chunk() and not device_wire:
-        if pipelined(size, exchange.spans_hosts()):
-            return pipelined_allreduce(exchange, before, after, from_end)
+    smallest = min(pipeline_chunk(False), pipeline_chunk(True))
+    if (before or after) and size > smallest and not device_wire:
+        across = exchange.spans_hosts()
+        if pipelined(size, across):
+            return pipelined_allreduce(exchange, before, after, from_end,
+                                       pipeline_chunk(across))
     return exchange.allreduce(before, after)
 
 
@@ -73,8 +87,9 @@ def _ranges(lo, hi, step):
         yield start, min(start + step, hi)
 
 
-def pipelined_allreduce(exchange, before, after, from_end=False):
-    """exchange.allreduce(before, after) in chunks: Iallreduce per chunk,
+def pipelined_allreduce(exchange, before, after, from_end=False, chunk=None):
+    """exchange.allreduce(before, after) in chunks of `chunk` elements
+    (default: pipeline_chunk()): Iallreduce per chunk,
     PIPELINE_DEPTH of them in flight, each chunk's `before` and `after`
     running while its neighbours travel. A device buffer's chunks are staged
     through the pinned mirror by copies queued on the stream: the host
@@ -85,7 +100,7 @@ def pipelined_allreduce(exchange, before, after, from_end=False):
     buffer, comm = exchange.buffer, exchange.comm
     wire = buffer.host          # host memory only (above): the data, or the pinned mirror
     on_host = not buffer.on_device
-    chunks = list(_ranges(0, buffer.size, pipeline_chunk()))
+    chunks = list(_ranges(0, buffer.size, chunk or pipeline_chunk()))
     if from_end:
         chunks.reverse()
     flight = []   # (lo, hi, request), oldest first

@@ -35,8 +35,9 @@ SETTINGS = {
         "MPI chunk", COUNT, 2 ** 30, minimum=1,
         meaning="the most elements of one MPI call (MPI counts are C ints: stay below 2**31)"),
     "PSGD_MPI_PIPELINE_CHUNK": Setting(
-        "pipeline chunk", COUNT, 1 << 19, minimum=1,
-        meaning="elements per Iallreduce of the pipelined allreduce (2 MB of float32)"),
+        "pipeline chunk", COUNT, None, minimum=1,
+        meaning="elements per Iallreduce of the pipelined allreduce; unset: by the path of "
+                "the bytes (psgd/pipeline.py: 512k within a host, 256k across hosts)"),
     "PSGD_MPI_PIPELINE_THRESHOLD": Setting(
         "pipeline threshold", COUNT, None,
         meaning="the smallest buffer the collective algorithms pipeline; unset: by the path "

@@ -31,12 +31,12 @@ def message_settings(server_based):
     match (a hang), or MPI's own error. The pipeline shapes only the
     collective algorithms' sums, the server piece only the server
     algorithms' model messages."""
-    threshold = settings.get("PSGD_MPI_PIPELINE_THRESHOLD")
+    def by_path(name):
+        value = settings.get(name)
+        return None if server_based else ("by the path" if value is None else value)
     return {settings.label("PSGD_MPI_CHUNK"): settings.get("PSGD_MPI_CHUNK"),
-            settings.label("PSGD_MPI_PIPELINE_CHUNK"):
-                None if server_based else settings.get("PSGD_MPI_PIPELINE_CHUNK"),
-            settings.label("PSGD_MPI_PIPELINE_THRESHOLD"):
-                None if server_based else ("by the path" if threshold is None else threshold),
+            settings.label("PSGD_MPI_PIPELINE_CHUNK"): by_path("PSGD_MPI_PIPELINE_CHUNK"),
+            settings.label("PSGD_MPI_PIPELINE_THRESHOLD"): by_path("PSGD_MPI_PIPELINE_THRESHOLD"),
             settings.label("PSGD_MPI_SERVER_PIECE"):
                 settings.get("PSGD_MPI_SERVER_PIECE") if server_based else None,
             # two levels or one: different communicator splits on two ranks hang

@@ -119,14 +119,14 @@ from psgd import mpi, pipeline, settings
 
 calls = []
 original = pipeline.pipelined_allreduce
-def counting(exchange, *args):
-    calls.append(exchange.buffer.size)
-    return original(exchange, *args)
+def counting(exchange, before, after, from_end, chunk):
+    calls.append((exchange.buffer.size, chunk))
+    return original(exchange, before, after, from_end, chunk)
 pipeline.pipelined_allreduce = counting
 
 comm = MPI.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()
-n = 3 * settings.SETTINGS["PSGD_MPI_PIPELINE_CHUNK"].default + 1234           # four chunks
+n = 3 * pipeline.ACROSS_HOSTS_CHUNK + 1234           # four chunks of the across-hosts size
 # integer-valued floats: every order of the sum gives the same bits
 w = np.arange(n, dtype=np.float32) % 97 + rank
 sync = psgd.create("bsp", [np.zeros(n, np.float32)], weighting="uniform")
@@ -136,7 +136,7 @@ sync.synchronize(1)
 expected = np.empty_like(w)
 comm.Allreduce(w, expected)
 expected /= size
-assert calls == [n], calls
+assert calls == [(n, pipeline.ACROSS_HOSTS_CHUNK)], calls
 assert np.array_equal(sync.params[0], expected), np.abs(sync.params[0] - expected).max()
 sync.close()
 
@@ -146,7 +146,7 @@ grad.grads[0][:] = w
 grad.synchronize(1 + rank)
 comm.Allreduce(w * np.float32(1 + rank), expected)
 expected /= np.float32(sum(1 + k for k in range(size)))
-assert calls == [n, n + 2], calls
+assert [size for size, _ in calls] == [n, n + 2], calls
 assert np.array_equal(grad.grads[0], expected), np.abs(grad.grads[0] - expected).max()
 grad.stop(0)
 if rank == 0:

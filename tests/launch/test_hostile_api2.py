@@ -154,6 +154,7 @@ print("done", flush=True)
     ("PSGD_MPI_PIPELINE_CHUNK", "10,1000", "bsp", "10 vs 1000"),
     ("PSGD_MPI_PIPELINE_THRESHOLD", "0,100000", "bmuf", "0 vs 100000"),
     ("PSGD_MPI_PIPELINE_THRESHOLD", "0,", "sod", "0 vs 'by the path'"),
+    ("PSGD_MPI_PIPELINE_CHUNK", "10,", "bmuf", "10 vs 'by the path'"),
     ("PSGD_MPI_CHUNK", "10,1000", "sod", "10 vs 1000"),
     ("PSGD_MPI_CHUNK", "10,1000", "asgd", "10 vs 1000"),
 ])

@@ -110,20 +110,24 @@ def test_pipeline_settings_from_the_environment(setting):
     setting("PSGD_MPI_PIPELINE_CHUNK", 7)
     setting("PSGD_MPI_PIPELINE_THRESHOLD", 20)
     assert (pipeline.pipeline_chunk(), pipeline.pipeline_threshold()) == (7, 20)
+    assert pipeline.pipeline_chunk(across_hosts=True) == 7     # an explicit value holds on any path
     assert pipeline.pipelined(20) and not pipeline.pipelined(19)
     assert pipeline.pipelined(20, across_hosts=True) and not pipeline.pipelined(19, True)
 
 
 def test_pipeline_threshold_by_the_path_of_the_bytes(setting):
-    """Unset, the threshold depends on whether the ranks span hosts: one
-    host pipelines from 4M elements, a network every buffer of > 1 chunk."""
+    """Unset, the threshold and the chunk depend on whether the ranks span
+    hosts: one host pipelines from 4M elements in 512k chunks, a network
+    every buffer of > 1 chunk of 256k."""
     code = ("from psgd import pipeline as p; print(p.pipeline_threshold(), "
             "p.pipeline_threshold(across_hosts=True), p.pipelined(2 * p.pipeline_chunk()), "
-            "p.pipelined(2 * p.pipeline_chunk(), True), p.pipelined(p.pipeline_chunk(), True))")
+            "p.pipelined(2 * p.pipeline_chunk(True), True), "
+            "p.pipelined(p.pipeline_chunk(True), True), p.pipeline_chunk(), "
+            "p.pipeline_chunk(True))")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PSGD_MPI_PIPELINE")}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=120, check=True).stdout.split()
-    assert out == [str(1 << 22), "0", "False", "True", "False"]
+    assert out == [str(1 << 22), "0", "False", "True", "False", str(1 << 19), str(1 << 18)]
     setting("PSGD_MPI_PIPELINE_THRESHOLD", None)
     assert pipeline.pipeline_threshold(across_hosts=True) == 0
     setting("PSGD_MPI_PIPELINE_THRESHOLD", 2 ** 62)      # an explicit value holds on any path

@@ -37,9 +37,9 @@ class Pipelined:
                     settings.set("PSGD_MPI_PIPELINE_THRESHOLD", 0))
         self.original = pipeline.pipelined_allreduce
 
-        def counting(exchange, before, after, from_end=False):
+        def counting(*args, **kwargs):
             self.calls += 1
-            return self.original(exchange, before, after, from_end)
+            return self.original(*args, **kwargs)
         pipeline.pipelined_allreduce = counting
         return self
 
