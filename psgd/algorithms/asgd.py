@@ -140,17 +140,18 @@ class Asgd(ServerWorker):
         if self.push is not None and self.push.applies(self.syncs):
             self.wires = self.push.encode(self.delta.data, self.syncs, self.node.rank)
 
-    def exchange_with_server(self):
-        w, w_prev = self.buffer.data, self.previous.data
-        receives = [(s, part.irecv(s)) for s, part in enumerate(self.previous_parts)]  # w_prev <- x
+    def exchange_with_server(self, servers):
+        receives = [(s, self.previous_parts[s].irecv(s)) for s in servers]  # w_prev <- x
         if self.wires is not None:
-            sends = [(s, mpi.Request([self.comm.Isend([wire, MPI.BYTE], dest=s,
+            sends = [(s, mpi.Request([self.comm.Isend([self.wires[s], MPI.BYTE], dest=s,
                                                       tag=TAG_MODEL)]))
-                     for s, wire in enumerate(self.wires)]
+                     for s in servers]
         else:
-            sends = [(s, part.isend(s)) for s, part in enumerate(self.delta_parts)]
+            sends = [(s, self.delta_parts[s].isend(s)) for s in servers]
         self.await_server(receives, sends)
-        w[...] = w_prev                                                   # w_k <- x
+
+    def after_pull(self):
+        self.buffer.data[...] = self.previous.data                       # w_k <- x
 
     def state_dict(self):
         state = {"w_prev": host_copy(self.previous.data)}

@@ -53,9 +53,11 @@ class Easgd(ServerWorker):
         self.model_parts = self.shard_parts(self.exchange)
         self.center_parts = self.shard_parts(mpi.Exchange(self.comm, self.center))
 
-    def exchange_with_server(self):
-        # one message each way per shard, all in flight at once
-        sends = [(s, part.isend(s)) for s, part in enumerate(self.model_parts)]
-        receives = [(s, part.irecv(s)) for s, part in enumerate(self.center_parts)]
+    def exchange_with_server(self, servers):
+        # one message each way per shard
+        sends = [(s, self.model_parts[s].isend(s)) for s in servers]
+        receives = [(s, self.center_parts[s].irecv(s)) for s in servers]
         self.await_server(receives, sends)
+
+    def after_pull(self):
         kernels.lerp(self.buffer.data, self.center.data, self.alpha)  # w_k -= alpha (w_k - x)

@@ -2,8 +2,17 @@
 the protocol's description and rank 0's event loop): control messages, the
 wait for the server's answer, FINISHED and its acknowledgement, and the
 failure notices every worker turns into the server's error. With S > 1
-servers every control message goes to each of them and each shard of the
-model is traded with its own server, all shards at once."""
+servers each shard of the model is traded with its own server. Where the
+servers keep one service order (asgd/masgd's barrier) a sync's control
+message goes to every server and all shards travel at once. Otherwise
+worker k trades its shards in turns, shard (k + j) mod S in turn j, and
+sends each server its control message when that server's turn comes: the
+workers then talk to different servers at any moment. All at once, every
+server tended to pick the same worker first (the first control message to
+arrive) and the other workers' links sat idle (asgd, 1e7 parameters, one
+rank per namespace host at 1 Gb/s, quiet machine: S = N = 2 moved 0.58 of
+what the links allow at once and 0.78-0.84 in turns, S = N = 3 0.55 and
+0.70-0.72; benchmarks/FINDINGS.md)."""
 import functools
 
 import numpy as np
@@ -78,8 +87,10 @@ class ServerWorker(Algorithm):
         if rec is not None:
             start = trace.now()
         self.before_push()
-        self._send_control(MSG_SYNC, n_k)
-        self.exchange_with_server()
+        for servers in self.turns():
+            self._send_control(MSG_SYNC, n_k, servers)
+            self.exchange_with_server(servers)
+        self.after_pull()
         if rec is not None:
             rec.sync(start, trace.now(), self.syncs, collective=False)
         self.syncs += 1
@@ -128,8 +139,26 @@ class ServerWorker(Algorithm):
         """[Exchange of shard s's elements] for s = 0..S-1."""
         return [pieces.server_part(exchange, lo, hi, self.in_pieces) for lo, hi in self.shards]
 
-    def exchange_with_server(self):
+    def one_order(self):
+        """Whether every server serves in one order (the servers' rule, which
+        the worker's options decide alike): then a sync goes to all at once."""
+        return self.server.one_order(self)
+
+    def turns(self):
+        """The servers of a sync, as the groups traded one after the other
+        (module docstring): [all] or [[(k + j) mod S] for each turn j]."""
+        everyone = range(self.servers)
+        if self.servers == 1 or self.one_order():
+            return [everyone]
+        k = self.node.rank - self.servers
+        return [[(k + j) % self.servers] for j in everyone]
+
+    def exchange_with_server(self, servers):
+        """The model traffic with `servers` (after their control message)."""
         raise NotImplementedError
+
+    def after_pull(self):
+        """This worker's work once every shard has come back."""
 
     def _reset_problem(self):
         if self.in_round:
@@ -201,9 +230,9 @@ class ServerWorker(Algorithm):
         """This worker's work before the control message of a sync (an
         error here reaches no server)."""
 
-    def _send_control(self, message, n_k):
+    def _send_control(self, message, n_k, servers=None):
         self._control[:] = (message, n_k)
-        for server in range(self.servers):
+        for server in range(self.servers) if servers is None else servers:
             self.comm.Send([self._control, MPI.INT64_T], dest=server, tag=TAG_MSG)
 
     def _count(self, n_k, call):

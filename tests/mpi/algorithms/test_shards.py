@@ -14,7 +14,7 @@ from psgd import protocol, settings
 from psgd.buffers import host_copy, shard_bounds
 from psgd.errors import ProtocolError
 from server_plans import SHAPES, SIZE
-from shard_plans import check_sharded_replay, drive_sharded
+from shard_plans import check_sharded_replay, drive_sharded, sharded_worker
 
 pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.timeout(60)]
 
@@ -280,3 +280,30 @@ def test_a_failing_shard_update_stops_every_rank(comm):
             for _ in range(1000):
                 obj.synchronize(1)
     assert comm.allreduce(1) == comm.size
+
+
+@pytest.mark.parametrize("name,options,at_once", [("asgd", {}, False), ("easgd", {}, False),
+                                                 ("masgd", {}, False),
+                                                 ("asgd", {"barrier_period": 2}, True)])
+def test_workers_meet_their_servers_in_turns(comm, name, options, at_once):
+    """Worker k (rank S + k) sends its sync to server (k + j) mod S in turn j,
+    so two workers start on different servers; with one service order (a
+    barrier) every sync goes to every server at once. The replay still holds."""
+    S = servers_or_skip(comm, 2)
+    sent = []
+
+    def recording(obj, k):
+        send = obj._send_control
+        obj._send_control = lambda message, n_k, servers=None: (
+            sent.append((message, None if servers is None else list(servers))),
+            send(message, n_k, servers))[-1]
+        return sharded_worker(S)(obj, k)
+    obj, _, _ = drive_sharded(comm, name, S, worker=recording, **options)
+    if obj.role == "server":
+        return
+    syncs = [servers for message, servers in sent if message == protocol.MSG_SYNC]
+    assert syncs, sent
+    k = comm.rank - S
+    turns = [list(range(S))] if at_once else [[(k + j) % S] for j in range(S)]
+    assert syncs == turns * (len(syncs) // len(turns)), syncs
+    assert [servers for message, servers in sent if message == protocol.MSG_FINISHED] == [None]
