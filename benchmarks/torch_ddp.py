@@ -87,6 +87,10 @@ def child(argv):
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--blocks", type=int, default=4)
     p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--trainer-defaults", action="store_true",
+                   help="psgd modes: the options psgd.worker's trainer picks by N "
+                        "(psgd/train/defaults.py: bmuf keeps the local state, sod's outer "
+                        "rate 0.7 * min(1, N/4)) instead of the algorithm's own")
     p.add_argument("--keep-local-state", action="store_true",
                    help="bmuf: reset_local_state=False (the trainer's default; the "
                         "algorithm's clears Adam's moments after every sync)")
@@ -117,6 +121,10 @@ def child(argv):
         shares = {"compression_momentum": "local"} if args.mode == "bmuf_1bit" else {}
         if args.keep_local_state:
             shares["reset_local_state"] = False
+        if args.trainer_defaults and not grads:
+            from psgd.train.defaults import trainer_defaults
+            shares = dict(trainer_defaults(args.mode.split("_")[0], comm.size, compression=kind),
+                          **shares)
         sync = psgd.torch.create("syncgrad" if grads else args.mode.split("_")[0], model,
                                  comm=comm, **({"compression": kind} if kind else {}), **shares)
         workers, k = sync.N, comm.rank - (comm.size - sync.N)
