@@ -43,23 +43,26 @@ PROGRESS_BLOCK = 1 << 16            # host elements between two Tests
 PIPELINE_DEPTH = 2                  # chunks in flight at once
 
 
+def _by_the_path(name, across_hosts, one_host, across):
+    """Setting `name` where set, else the value for the path of the bytes."""
+    value = settings.get(name)
+    if value is not None:
+        return value
+    return across if across_hosts else one_host
+
+
 def pipeline_chunk(across_hosts=False):
     """Elements per pipelined Iallreduce on a communicator within one host
-    or across several (PSGD_MPI_PIPELINE_CHUNK where set; never above the
-    MPI count limit)."""
-    chunk = settings.get("PSGD_MPI_PIPELINE_CHUNK")
-    if chunk is None:
-        chunk = ACROSS_HOSTS_CHUNK if across_hosts else ONE_HOST_CHUNK
-    return min(chunk, mpi.chunk_elements())
+    or across several (never above the MPI count limit)."""
+    return min(_by_the_path("PSGD_MPI_PIPELINE_CHUNK", across_hosts, ONE_HOST_CHUNK,
+                            ACROSS_HOSTS_CHUNK), mpi.chunk_elements())
 
 
 def pipeline_threshold(across_hosts=False):
     """The smallest buffer pipelined on a communicator within one host or
-    across several."""
-    threshold = settings.get("PSGD_MPI_PIPELINE_THRESHOLD")   # 0: every buffer of > 1 chunk
-    if threshold is not None:
-        return threshold
-    return ACROSS_HOSTS_THRESHOLD if across_hosts else ONE_HOST_THRESHOLD
+    across several (0: every buffer of > 1 chunk)."""
+    return _by_the_path("PSGD_MPI_PIPELINE_THRESHOLD", across_hosts, ONE_HOST_THRESHOLD,
+                        ACROSS_HOSTS_THRESHOLD)
 
 
 def pipelined(size, across_hosts=False):
@@ -87,9 +90,9 @@ def _ranges(lo, hi, step):
         yield start, min(start + step, hi)
 
 
-def pipelined_allreduce(exchange, before, after, from_end=False, chunk=None):
-    """exchange.allreduce(before, after) in chunks of `chunk` elements
-    (default: pipeline_chunk()): Iallreduce per chunk,
+def pipelined_allreduce(exchange, before, after, from_end, chunk):
+    """exchange.allreduce(before, after) in chunks of `chunk` elements:
+    Iallreduce per chunk,
     PIPELINE_DEPTH of them in flight, each chunk's `before` and `after`
     running while its neighbours travel. A device buffer's chunks are staged
     through the pinned mirror by copies queued on the stream: the host
@@ -100,7 +103,7 @@ def pipelined_allreduce(exchange, before, after, from_end=False, chunk=None):
     buffer, comm = exchange.buffer, exchange.comm
     wire = buffer.host          # host memory only (above): the data, or the pinned mirror
     on_host = not buffer.on_device
-    chunks = list(_ranges(0, buffer.size, chunk or pipeline_chunk()))
+    chunks = list(_ranges(0, buffer.size, chunk))
     if from_end:
         chunks.reverse()
     flight = []   # (lo, hi, request), oldest first
