@@ -62,6 +62,43 @@ class Minibatches:
         if self.position >= self.num_batches:
             raise StopIteration
         lo = self.position * self.batch_size
-        hi = lo + self.batch_size
         self.position += 1
+        return self.examples(lo, lo + self.batch_size)
+
+    def examples(self, lo, hi):
+        """(x, y) of the examples at lo..hi of this epoch's order."""
         return self.x[self._order_x[lo:hi]], self.y[self._order_y[lo:hi]]
+
+
+class ShardStream:
+    """A worker's shard as an endless run of passes: pass p's order is
+    epoch p's permutation, cut into minibatches, and `take(k)` yields the
+    next k examples wherever they fall, so an epoch may end inside a pass
+    (its last minibatch cut short to fit) and the next one goes on from
+    there. (pass_, position) is the cursor a checkpoint keeps, position in
+    examples. Taken whole from (epoch, 0) every epoch, it is Minibatches."""
+
+    def __init__(self, x, y, batch_size, seed):
+        self.x, self.y, self.batch_size, self.seed = x, y, int(batch_size), seed
+        self.size = len(y)
+        self.pass_, self.position = 0, 0
+        self._pass = None
+
+    def seek(self, pass_, position=0):
+        if not 0 <= int(position) <= self.size:
+            raise UsageError("shard position %r is outside 0..%d" % (position, self.size))
+        self.pass_, self.position, self._pass = int(pass_), int(position), None
+
+    def take(self, count):
+        """Minibatches of the next `count` examples (none from an empty shard)."""
+        left = int(count)
+        while left > 0 and self.size:
+            if self.position == self.size:
+                self.seek(self.pass_ + 1)
+            if self._pass is None:
+                self._pass = Minibatches(self.x, self.y, self.batch_size, self.seed,
+                                         self.pass_)
+            lo = self.position
+            hi = min(lo + self.batch_size, self.size, lo + left)
+            self.position, left = hi, left - (hi - lo)
+            yield self._pass.examples(lo, hi)

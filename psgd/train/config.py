@@ -15,7 +15,7 @@ import types
 from ..algorithms import REGISTRY
 from ..nnet import momentum_option
 from .defaults import (default_lr, default_sync_period, local_momentum, lr_rule_name, lr_scale,
-                       lr_schedule, warmup_epochs)
+                       lr_schedule, warmup_epochs, work_shares)
 from .options import algorithm_options
 from .roles import server_count
 
@@ -28,6 +28,7 @@ class Run:
     size: int               # ranks
     servers: int            # ranks 0..S-1 serve; 0 without a server algorithm
     num_workers: int        # N, what the defaults are chosen for
+    work_shares: str        # each worker's examples per epoch: speed | equal (shares.py)
     epochs: int
     minibatch_size: int
     seed: int
@@ -158,13 +159,15 @@ def resolve(args, size):
     scale = lr_scale(args, workers)
     base = args.lr if args.lr is not None else default_lr(args, workers)
     momentum = args.momentum if args.momentum is not None else local_momentum(args, workers)
+    options = algorithm_options(args, workers)
     chosen = {
-        Run: dict(servers=servers, size=size, num_workers=workers),
+        Run: dict(servers=servers, size=size, num_workers=workers,
+                  work_shares=work_shares(args, algorithm, options)),
         Optimizer: dict(lr=base * scale, lr_scale=scale, lr_rule=lr_rule_name(args),
                         warmup_epochs=warmup_epochs(args), momentum=momentum),
         Schedule: dict(lr_schedule=lr_schedule(args, workers)),
         Algorithm: dict(sync_period=args.sync_period or default_sync_period(args, workers),
-                        options=types.MappingProxyType(algorithm_options(args, workers))),
+                        options=types.MappingProxyType(options)),
     }
     flags = vars(args)
     sections = {f.name: f.type for f in dataclasses.fields(Config) if f.name != "flags"}

@@ -20,7 +20,8 @@ FIXED_ON_RESUME = ("algo", "model", "hidden", "channels", "lstm_cells", "batchno
 # is checked against them as it loads): a new value simply holds from the
 # resumed epoch on, and the log says so. --servers: the center is cut again.
 FOLLOWED_ON_RESUME = ("epochs", "minibatch_size", "sync_period", "seed", "lr_decay",
-                      "newbob_start", "newbob_end", "newbob_factor", "servers") + tuple(
+                      "newbob_start", "newbob_end", "newbob_factor", "servers",
+                      "work_shares") + tuple(
                           ALGORITHM_FLAGS)
 # Restored from the checkpoint's optimizer state unless given anew: the new
 # value is written into the state before it is loaded.

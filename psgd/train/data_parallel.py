@@ -13,10 +13,11 @@ from mpi4py import MPI
 
 from .. import agreement, mpi
 from ..algorithms import REGISTRY, create, lifecycle
-from ..data import Minibatches
+from ..data import ShardStream
 from ..errors import UsageError
 from . import checkpoint as ckpt
 from . import resize
+from . import shares as work_shares
 from . import whole_model
 from .faults import FiniteGuard
 from .metrics import ServerTotals, kaldi_log, short
@@ -38,6 +39,8 @@ class DataParallel:
         # what build() makes
         self.net = self.model_header = self.optimizer = self.train_set = self.held_out = None
         self.sync = self.guard = self.stat_exchange = self.center = self.center_exchange = None
+        self.stream = self.shares = None
+        self.stream_restored = False
 
     # set-up ------------------------------------------------------------------------
     def check(self):
@@ -67,6 +70,15 @@ class DataParallel:
         self.guard = FiniteGuard(backend.xp, net.param_buffer.data, net.grad_buffer.data,
                                  self.optimizer, self.config.faults.skip_nonfinite,
                                  keeps_model=not self.is_server)
+        run = self.config.run
+        # The minibatch order from (seed, worker, pass) alone: a resumed run
+        # draws what the uninterrupted one drew, and workers differ.
+        if not self.is_server:
+            self.stream = ShardStream(*self.train_set, run.minibatch_size,
+                                      run.seed * 100003 + self.worker_index)
+        self.shares = work_shares.WorkShares(
+            self.comm, run.work_shares, self.worker_index,
+            0 if self.is_server else self.stream.size, self.size - self.num_workers)
 
     def announcement(self, data, backend):
         return ("%s on %d ranks (%d workers%s), %s: %d params, %s data %d train / %d "
@@ -89,13 +101,18 @@ class DataParallel:
         return "%s for %d workers: %s" % (self.title(), self.num_workers, ", ".join(parts))
 
     # the epoch -----------------------------------------------------------------------
-    def begin_epoch(self, epoch, first, lr):
-        """The epoch's rate (the Trainer's schedule) and the algorithm's round."""
+    def begin_epoch(self, epoch, first, lr, say=False):
+        """Collective: the epoch's rate (the Trainer's schedule), the
+        workers' shares (shares.py) and the algorithm's round."""
         self.optimizer.lr = lr
         if not first:
+            self.shares.agree(epoch, say)
             self.sync.begin_round()  # server algorithms serve one run() per epoch
         else:
             self.guard.saved()  # what --skip-nonfinite falls back on before the first sync
+        if self.stream is not None and not (self.shares.by_speed and
+                                            (self.stream_restored or not first)):
+            self.stream.seek(epoch)      # one pass of the shard per epoch
 
     def train_epoch(self, epoch, progress, watchdog):
         """(loss sum, frames) of this rank's epoch; the server serves it."""
@@ -105,16 +122,14 @@ class DataParallel:
             return 0.0, 0
         run, net, opt, sync = self.config.run, self.net, self.optimizer, self.sync
         w, g = net.param_buffer.data, net.grad_buffer.data
-        x, y = self.train_set
         sync_period = self.config.algorithm.sync_period
-        batches = Minibatches(x, y, run.minibatch_size,
-                              seed=run.seed * 100003 + self.worker_index, epoch=epoch)
+        budget = self.shares.budget
         net.reset_state()
-        # Dropout masks from (seed, worker, epoch) alone: a resumed run draws
-        # exactly what the uninterrupted one drew, and workers differ.
-        net.reseed([run.seed, self.worker_index, epoch])
-        since, loss_sum, frames_seen = 0, 0.0, 0
-        for xb, yb in batches:
+        net.reseed([run.seed, self.worker_index, epoch])    # dropout masks: likewise
+        since, loss_sum, frames_seen, taken = 0, 0.0, 0, 0
+        self.shares.begin()
+        for xb, yb in self.stream.take(budget):
+            taken += len(yb)
             loss = net.loss_and_grad(xb, yb)
             frames = int((yb >= 0).sum()) if yb.ndim > 1 else len(yb)
             loss_sum += float(loss) * frames
@@ -134,14 +149,14 @@ class DataParallel:
                     if not self._sync(epoch, since, watchdog):
                         return _ended_early(epoch, loss_sum, frames_seen)
                     since = 0
-            progress.update(epoch, run.epochs, batches.position, len(batches),
-                            loss_sum / max(frames_seen, 1))
+            progress.update(epoch, run.epochs, taken, budget, loss_sum / max(frames_seen, 1))
         watchdog.enter(epoch, sync.syncs)
         if self.gradients_averaged:
             sync.stop(0, step=lambda: opt.step(w, g))
         else:
             since = self.guard.check(w, since, self._where(epoch))
             sync.stop(since)
+            self.shares.end(budget)
             self._after_sync()
         watchdog.leave()
         return loss_sum, frames_seen
@@ -220,7 +235,9 @@ class DataParallel:
         arrays = ckpt.join("net", self.net.state_dict())
         arrays.update(ckpt.join("algo", self.sync.state_dict()))
         arrays.update(ckpt.optimizer_arrays(self.optimizer))
-        return arrays, {}
+        if self.stream is None:
+            return arrays, {}
+        return arrays, {"stream": [self.stream.pass_, self.stream.position]}
 
     def check_checkpoint(self, state):
         """A model-parallel run's checkpoint holds no algorithm state."""
@@ -229,6 +246,9 @@ class DataParallel:
         self.net.load_state_dict(ckpt.split(arrays, "net"))
         self.sync.load_state_dict(ckpt.split(arrays, "algo"))
         self.optimizer.load_state_dict(ckpt.optimizer_state(arrays))
+        if self.stream is not None and "stream" in header:     # where its shares left it
+            self.stream.seek(*header["stream"])
+            self.stream_restored = True
 
     def layout(self, header):
         """The checkpoint's ranks and servers beside this job's (resize.py)."""

@@ -34,6 +34,18 @@ def trainer_defaults(algo, num_workers, outer=None, compression=None):
     return options
 
 
+def work_shares(args, algorithm, options):
+    """The workers' shares of an epoch (shares.py): the user's --work-shares;
+    else by speed for a server algorithm, whose workers need not finish
+    together, unless its servers keep one service order (barrier_period),
+    which asks for a run that replays alike."""
+    if args.work_shares is not None:
+        return args.work_shares
+    if algorithm.server_based and not options.get("barrier_period"):
+        return "speed"
+    return "equal"
+
+
 # bmuf and sod compressed keep each rank's share of the momentum and sum the
 # steps: with the momentum global, 1bit's rounding passed through its gain
 # and sod (mu 0.9) ended 24 points below `none` on MNIST-1D, 50 on the Kaldi

@@ -112,7 +112,7 @@ class ModelParallel:
         return None
 
     # training ----------------------------------------------------------------------------
-    def begin_epoch(self, epoch, first, lr):
+    def begin_epoch(self, epoch, first, lr, say=False):
         """The epoch's rate; no synchronization algorithm to open a round of."""
         self.optimizer.lr = lr
 

@@ -12,6 +12,7 @@ from .defaults import WARMUP_EPOCHS, trainer_defaults
 from .model_files import writes_nnet1
 from .roles import server_count
 from .schedule import KINDS as SCHEDULES
+from .shares import KINDS as SHARE_KINDS
 
 MODELS = ("cnn", "mlp", "lstm")
 
@@ -49,6 +50,11 @@ def build_parser(prog="psgd-train"):
     g.add_argument("--servers", type=int, default=None, metavar="S",
                    help="easgd/asgd/masgd: ranks 0..S-1 serve, each one shard of the "
                         "model (default 1)")
+    g.add_argument("--work-shares", choices=SHARE_KINDS, default=None,
+                   help="easgd/asgd/masgd: speed (each worker's examples per epoch in "
+                        "proportion to its rate in the last epoch, so a slow host does not "
+                        "hold the others at each epoch's end) or equal (its own shard once); "
+                        "default speed, equal with --barrier-period")
     algorithm_flags.add_to(g, finite_float)
 
     g = p.add_argument_group("model and optimizer")
@@ -209,6 +215,10 @@ def validate(args):
         raise UsageError("--dropout must be in [0, 1), got %r" % args.dropout)
     cls = REGISTRY[args.algo]
     server_count(cls, args.servers, args.model_parallel)
+    if args.work_shares is not None and not cls.server_based:
+        raise UsageError("--work-shares applies to the server algorithms (easgd, asgd, "
+                         "masgd): --algo %s syncs every worker together, so each takes its "
+                         "own shard" % args.algo)
     for flag, option in ALGORITHM_FLAGS.items():
         if getattr(args, flag) is not None and option not in cls.OPTIONS:
             if option.startswith("compression") and cls.not_compressed:

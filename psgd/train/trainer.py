@@ -189,7 +189,7 @@ class Trainer(mpi.Closeable):
         for epoch in range(self.start_epoch, run.epochs):
             lr = self.schedule.lr * self.schedule.fraction(epoch, run.epochs) * \
                 warmup_factor(epoch, opt.lr_scale, opt.warmup_epochs)
-            self.parallel.begin_epoch(epoch, epoch == self.start_epoch, lr)
+            self.parallel.begin_epoch(epoch, epoch == self.start_epoch, lr, self.say)
             train = self.parallel.train_epoch(epoch, progress, self.watchdog)
             with self._surviving(epoch, train, lr, time.time() - start):
                 self.timeline.arrive()

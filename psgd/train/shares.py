@@ -1,0 +1,93 @@
+"""Work shares by speed, for the server algorithms' workers (--work-shares).
+
+An epoch is the training set, B = sum_k B_k examples (B_k: worker k's
+shard; sequences for the LSTM), and with `equal` shares each worker takes
+its own B_k.
+A worker on a slower host then ends each epoch last while the others wait
+for it, and the epoch costs what the slowest worker's shard costs. With
+`speed` shares the workers still take B examples in all, each in
+proportion to the rate it trained at in the last epoch:
+
+    b_k = B * r_k / sum_j r_j,   r_k = examples / seconds from the
+                                       epoch's start to its last sync
+
+rounded so that sum_k b_k = B (largest remainders). Each worker walks its
+own shard in passes (psgd.data.ShardStream) and an epoch may end inside a
+pass, its last minibatch cut short to fit: a slower worker's examples
+come round less often, as with any
+parameter server whose workers read their own input. Only the server
+algorithms can use this: a collective sync waits for every worker anyway.
+The first epoch of a job, a resumed one included, takes equal shares.
+"""
+import time
+
+import numpy as np
+
+from .metrics import kaldi_log
+
+KINDS = ("speed", "equal")
+# A log line when some worker's share is this far below its own shard's:
+# rates on a shared machine swing by a fifth from epoch to epoch.
+NOTED = 0.25
+
+
+def split(total, rates):
+    """Integers proportional to `rates` summing to `total`, each at least 1
+    where total allows (largest remainders); equal for rates of 0 or nan."""
+    r = np.asarray(rates, dtype=np.float64)
+    if not np.all(np.isfinite(r)) or np.any(r <= 0):
+        r = np.ones(len(r))
+    exact = total * r / r.sum()
+    shares = np.floor(exact).astype(np.int64)
+    order = np.argsort(-(exact - shares), kind="stable")
+    shares[order[:total - int(shares.sum())]] += 1
+    while total >= len(r) and np.any(shares == 0):   # every worker keeps an example
+        shares[np.argmax(shares)] -= 1
+        shares[np.argmin(shares)] += 1
+    return shares
+
+
+class WorkShares:
+    """Each worker's examples for the coming epoch, agreed by all ranks
+    at the epoch's start from what each took and how fast."""
+
+    def __init__(self, comm, kind, worker_index, own_examples, first_worker):
+        self.comm, self.kind = comm, kind
+        self.worker_index, self.first_worker = worker_index, first_worker
+        self.own = own_examples    # B_k, this worker's shard (0 on a server)
+        self.budget = own_examples
+        self.rate = float("nan")
+        self.started = None
+        counts = np.array([own_examples], dtype=np.int64)
+        self.all_own = np.empty(comm.Get_size(), dtype=np.int64)
+        comm.Allgather(counts, self.all_own)
+        self.all_own = self.all_own[first_worker:]
+        self.shares = self.all_own.copy()
+
+    @property
+    def by_speed(self):
+        return self.kind == "speed"
+
+    def agree(self, epoch, say):
+        """Collective (every rank, at an epoch's start but the job's first):
+        this worker's budget from every worker's rate in the last epoch."""
+        if not self.by_speed:
+            return
+        rates = np.empty(self.comm.Get_size(), dtype=np.float64)
+        self.comm.Allgather(np.array([self.rate]), rates)
+        self.shares = split(int(self.all_own.sum()), rates[self.first_worker:])
+        if self.worker_index is not None:
+            self.budget = int(self.shares[self.worker_index])
+        if say and np.min(self.shares / np.maximum(self.all_own, 1)) < 1 - NOTED:
+            slow = int(np.argmin(self.shares))
+            kaldi_log("epoch %d: work shares by speed, examples per worker %s (rank %d "
+                      "slowest)" % (epoch + 1, "/".join(str(int(s)) for s in self.shares),
+                                    slow + self.first_worker), "epoch")
+
+    def begin(self):
+        self.started = time.monotonic()
+
+    def end(self, examples):
+        """This worker's last sync of the epoch is done: its rate."""
+        seconds = time.monotonic() - self.started
+        self.rate = examples / seconds if examples and seconds > 0 else float("nan")

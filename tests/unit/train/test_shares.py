@@ -1,0 +1,92 @@
+"""Work shares by speed (psgd/train/shares.py): the split of an epoch's
+minibatches by the workers' rates, the shard walked in passes across
+epochs, and which runs take shares by speed."""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from psgd.data import Minibatches, ShardStream
+from psgd.errors import UsageError
+from psgd.train import make_config
+from psgd.train.config import resolve
+from psgd.train.shares import WorkShares, split
+
+
+def test_the_split_follows_the_rates_and_sums_to_the_epoch():
+    assert split(100, [1, 1, 1, 1]).tolist() == [25, 25, 25, 25]
+    assert split(100, [2, 2, 2, 1]).tolist() == [29, 29, 28, 14]
+    shares = split(101, [3.0, 1.0, 1.7])
+    assert shares.sum() == 101 and shares[0] > shares[2] > shares[1]
+
+
+def test_unknown_rates_split_equally_and_no_worker_is_left_out():
+    assert split(10, [1, float("nan"), 1]).tolist() == [4, 3, 3]
+    assert split(10, [1, 0, 1]).tolist() == [4, 3, 3]
+    assert split(10, [1000, 1, 1]).tolist() == [8, 1, 1]       # every worker keeps one
+    assert split(2, [1, 1, 1]).sum() == 2                       # fewer than workers
+
+
+def _data(n=23):
+    x = np.arange(n * 2, dtype=np.float32).reshape(n, 2)
+    return x, np.arange(n, dtype=np.int64)
+
+
+def labels(batches):
+    return [b[1].tolist() for b in batches]
+
+
+def test_a_stream_taken_a_pass_per_epoch_is_minibatches():
+    x, y = _data()
+    stream = ShardStream(x, y, 5, seed=7)
+    for epoch in range(3):
+        stream.seek(epoch)
+        assert labels(stream.take(23)) == labels(Minibatches(x, y, 5, seed=7, epoch=epoch))
+
+
+def test_a_stream_goes_on_across_passes_cutting_the_last_minibatch_to_fit():
+    x, y = _data()
+    whole = ShardStream(x, y, 5, seed=7)
+
+    passes = [v for e in range(3)
+              for b in labels(Minibatches(x, y, 5, seed=7, epoch=e)) for v in b]
+    got = labels(whole.take(31))                      # a pass of 23, and 8
+    assert [len(b) for b in got] == [5, 5, 5, 5, 3, 5, 3]
+    assert [v for b in got for v in b] == passes[:31]
+    assert (whole.pass_, whole.position) == (1, 8)
+    resumed = ShardStream(x, y, 5, seed=7)
+    resumed.seek(whole.pass_, whole.position)         # a checkpoint's cursor
+    rest = labels(resumed.take(20))
+    assert [len(b) for b in rest] == [5, 5, 5, 5]
+    assert [v for b in rest for v in b] == passes[31:51]
+
+
+def test_a_cursor_beyond_the_shard_is_refused():
+    with pytest.raises(UsageError, match="shard position 24 is outside 0..23"):
+        ShardStream(*_data(), 5, seed=7).seek(0, 24)
+
+
+def test_an_empty_shard_yields_nothing():
+    stream = ShardStream(*_data(0), 5, seed=1)
+    assert stream.size == 0 and list(stream.take(3)) == []
+
+
+def test_one_worker_alone_keeps_its_shard():
+    shares = WorkShares(MPI.COMM_SELF, "speed", 0, 9, 0)
+    shares.rate = 3.0
+    shares.agree(1, say=False)
+    assert shares.budget == 9
+
+
+@pytest.mark.parametrize("algo,flags,expected", [
+    ("easgd", {}, "speed"), ("masgd", {}, "speed"),
+    ("asgd", {"barrier_period": 2}, "equal"),          # a service order that replays alike
+    ("asgd", {"barrier_period": 2, "work_shares": "speed"}, "speed"),
+    ("easgd", {"work_shares": "equal"}, "equal"), ("bsp", {}, "equal"),
+    ("syncgrad", {}, "equal")])
+def test_server_algorithms_take_shares_by_speed_by_default(algo, flags, expected):
+    assert resolve(make_config(algo=algo, **flags), 5).run.work_shares == expected
+
+
+def test_shares_given_to_a_collective_algorithm_are_refused():
+    with pytest.raises(UsageError, match="--work-shares applies to the server algorithms"):
+        make_config(algo="bmuf", work_shares="speed")
