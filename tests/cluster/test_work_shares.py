@@ -1,0 +1,61 @@
+"""Work shares by speed across namespace hosts: with one worker host's link
+slowed (bin/psgd-local-cluster slow), the server algorithms hand that
+host's worker a smaller share of each epoch from the second epoch on,
+the log names it, and every epoch is still the whole training set."""
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from cluster_util import Cluster, skip_without_cluster
+from launch_util import ROOT
+
+pytestmark = pytest.mark.timeout(300)
+
+
+# The server alone on h0, one worker on each of h1, h2 and h3; h2's link
+# crawls, so its worker's syncs take longest.
+@pytest.mark.one_mpi
+@pytest.mark.parametrize("shares", ["speed", "equal"])
+def test_the_worker_behind_a_slow_link_takes_less_of_each_epoch(workdir, shares):
+    skip_without_cluster()
+    cluster = Cluster(4, "1gbit")
+    try:
+        cluster.slow("h2", "10mbit")
+        # tests/fault_driver.py counts each rank's steps (psgd knows nothing of it)
+        shutil.copy(os.path.join(ROOT, "tests", "fault_driver.py"), str(workdir))
+        (workdir / "dump").mkdir()
+        count = json.dumps({"what": "none", "dump": str(workdir / "dump")})
+        train = [str(workdir / "fault_driver.py"), count, "--algo", "easgd", "--model", "mlp", "--hidden", "1024",
+                 "--num-samples", "2000", "--epochs", "3", "--metrics", "m.jsonl",
+                 "--work-shares", shares]
+        cmd = cluster.mpirun_command(1, 4, train)
+        hosts = cmd.index("-hosts") if "-hosts" in cmd else cmd.index("--host")
+        cmd[hosts + 1] = "h0:1,h1:1,h2:1,h3:1"
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=240,
+                                env=cluster.job_env(), cwd=str(workdir),
+                                stdin=subprocess.DEVNULL)
+        assert result.returncode == 0, result.stderr[-3000:]
+        with open(workdir / "m.jsonl") as f:
+            assert [json.loads(line)["samples"] for line in f] == [1600, 3200, 4800]
+        steps = []
+        for rank in (1, 2, 3):
+            with open(workdir / "dump" / ("rank-%d.json" % rank)) as f:
+                steps.append(len(json.load(f)))
+        named = re.findall(r"work shares by speed, examples per worker (\d+)/(\d+)/(\d+) "
+                           r"\(rank (\d) slowest\)", result.stdout + result.stderr)
+        if shares == "equal":
+            assert named == [], result.stderr[-3000:]
+            assert steps == [51, 51, 51]      # 534, 533, 533 examples at 32 a step, 3 times
+            return
+        assert steps[1] < 0.8 * min(steps[0], steps[2]), steps
+        assert len(named) == 2, (result.stdout + result.stderr)[-3000:]      # epochs 2 and 3
+        for share in named:
+            one, two, three, slowest = map(int, share)
+            assert slowest == 2 and two < 0.75 * min(one, three), share
+            assert one + two + three == 1600, share
+    finally:
+        cluster.down()
