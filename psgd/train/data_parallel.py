@@ -122,7 +122,7 @@ class DataParallel:
             return 0.0, 0
         run, net, opt, sync = self.config.run, self.net, self.optimizer, self.sync
         w, g = net.param_buffer.data, net.grad_buffer.data
-        sync_period = self.config.algorithm.sync_period
+        sync_period = self.shares.sync_period(self.config.algorithm.sync_period)
         budget = self.shares.budget
         net.reset_state()
         net.reseed([run.seed, self.worker_index, epoch])    # dropout masks: likewise

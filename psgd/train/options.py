@@ -52,9 +52,11 @@ def build_parser(prog="psgd-train"):
                         "model (default 1)")
     g.add_argument("--work-shares", choices=SHARE_KINDS, default=None,
                    help="easgd/asgd/masgd: speed (each worker's examples per epoch in "
-                        "proportion to its rate in the last epoch, so a slow host does not "
-                        "hold the others at each epoch's end) or equal (its own shard once); "
-                        "default speed, equal with --barrier-period")
+                        "proportion to its rate in the last epoch, and its block in "
+                        "proportion to its rate over the fastest's, so a slow host neither "
+                        "holds the others at each epoch's end nor sends staler work) or "
+                        "equal (its own shard once, the block as given); default speed, "
+                        "equal with --barrier-period")
     algorithm_flags.add_to(g, finite_float)
 
     g = p.add_argument_group("model and optimizer")

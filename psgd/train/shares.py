@@ -11,7 +11,11 @@ proportion to the rate it trained at in the last epoch:
     b_k = B * r_k / sum_j r_j,   r_k = examples / seconds from the
                                        epoch's start to its last sync
 
-rounded so that sum_k b_k = B (largest remainders). Each worker walks its
+rounded so that sum_k b_k = B (largest remainders), and each worker syncs
+after its pace p_k = r_k / max_j r_j times the block size, so that every
+worker syncs about as often in time and a slow one's contributions are no
+staler than the others' (dynamic local updates: Liu et al., "Asynchronous
+Local-SGD Training for Language Modeling", 2024). Each worker walks its
 own shard in passes (psgd.data.ShardStream) and an epoch may end inside a
 pass, its last minibatch cut short to fit: a slower worker's examples
 come round less often, as with any
@@ -57,6 +61,7 @@ class WorkShares:
         self.own = own_examples    # B_k, this worker's shard (0 on a server)
         self.budget = own_examples
         self.rate = float("nan")
+        self.pace = 1.0            # p_k: this worker's rate over the fastest's
         self.started = None
         counts = np.array([own_examples], dtype=np.int64)
         self.all_own = np.empty(comm.Get_size(), dtype=np.int64)
@@ -75,14 +80,21 @@ class WorkShares:
             return
         rates = np.empty(self.comm.Get_size(), dtype=np.float64)
         self.comm.Allgather(np.array([self.rate]), rates)
-        self.shares = split(int(self.all_own.sum()), rates[self.first_worker:])
+        r = rates[self.first_worker:]
+        self.shares = split(int(self.all_own.sum()), r)
         if self.worker_index is not None:
             self.budget = int(self.shares[self.worker_index])
+            known = np.all(np.isfinite(r)) and np.all(r > 0)
+            self.pace = float(r[self.worker_index] / r.max()) if known else 1.0
         if say and np.min(self.shares / np.maximum(self.all_own, 1)) < 1 - NOTED:
             slow = int(np.argmin(self.shares))
             kaldi_log("epoch %d: work shares by speed, examples per worker %s (rank %d "
                       "slowest)" % (epoch + 1, "/".join(str(int(s)) for s in self.shares),
                                     slow + self.first_worker), "epoch")
+
+    def sync_period(self, samples):
+        """This worker's samples between syncs: the block size times its pace."""
+        return max(1, int(round(samples * self.pace)))
 
     def begin(self):
         self.started = time.monotonic()

@@ -90,3 +90,39 @@ def test_server_algorithms_take_shares_by_speed_by_default(algo, flags, expected
 def test_shares_given_to_a_collective_algorithm_are_refused():
     with pytest.raises(UsageError, match="--work-shares applies to the server algorithms"):
         make_config(algo="bmuf", work_shares="speed")
+
+
+class Job:
+    """A job's Allgather seen from one rank: the others' values are given."""
+
+    def __init__(self, values, rank):
+        self.values, self.rank = values, rank
+
+    def Get_size(self):
+        return len(self.values)
+
+    def Allgather(self, mine, out):
+        out[:] = self.values
+        out[self.rank] = mine[0]
+
+
+def test_a_slow_worker_syncs_after_fewer_samples():
+    # rank 0 serves; the workers' shards are 100 each, their rates 2, 2, 1
+    shares = WorkShares(Job([0, 100, 100, 100], 3), "speed", 2, 100, 1)
+    shares.comm = Job([float("nan"), 2.0, 2.0, 1.0], 3)
+    shares.rate = 1.0
+    shares.agree(1, say=False)
+    assert (shares.budget, shares.pace) == (60, 0.5)
+    assert shares.sync_period(128) == 64
+    fast = WorkShares(Job([0, 100, 100, 100], 1), "speed", 0, 100, 1)
+    fast.comm = Job([float("nan"), 2.0, 2.0, 1.0], 1)
+    fast.rate = 2.0
+    fast.agree(1, say=False)
+    assert (fast.budget, fast.sync_period(128)) == (120, 128)
+
+
+def test_equal_shares_keep_the_block_size():
+    shares = WorkShares(Job([0, 100, 100], 2), "equal", 1, 100, 1)
+    shares.rate = 1.0
+    shares.agree(1, say=False)
+    assert (shares.budget, shares.sync_period(128)) == (100, 128)
