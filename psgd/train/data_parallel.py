@@ -6,6 +6,7 @@ The Trainer's epoch loop talks to this object, or to hybrid.ModelParallel,
 through the same small interface (see Trainer): roles, build (the network,
 its optimizer and the data arrays are the strategy's from then on),
 train_epoch, evaluate, rollback, checkpoint state and the final model."""
+import time
 import warnings
 
 import numpy as np
@@ -167,7 +168,9 @@ class DataParallel:
     def _sync(self, epoch, n_k, watchdog):
         n_k = self.guard.check(self.net.param_buffer.data, n_k, self._where(epoch))
         watchdog.enter(epoch, self.sync.syncs)
+        since = time.monotonic()
         more = self.sync.synchronize(n_k)
+        self.shares.synced(since)
         watchdog.leave()
         self._after_sync()
         return more

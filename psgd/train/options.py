@@ -53,7 +53,7 @@ def build_parser(prog="psgd-train"):
     g.add_argument("--work-shares", choices=SHARE_KINDS, default=None,
                    help="easgd/asgd/masgd: speed (each worker's examples per epoch in "
                         "proportion to its rate in the last epoch, and its block in "
-                        "proportion to its rate over the fastest's, so a slow host neither "
+                        "proportion to its compute rate over the fastest's, so a slow host neither "
                         "holds the others at each epoch's end nor sends staler work) or "
                         "equal (its own shard once, the block as given); default speed, "
                         "equal with --barrier-period")

@@ -11,11 +11,13 @@ proportion to the rate it trained at in the last epoch:
     b_k = B * r_k / sum_j r_j,   r_k = examples / seconds from the
                                        epoch's start to its last sync
 
-rounded so that sum_k b_k = B (largest remainders), and each worker syncs
-after its pace p_k = r_k / max_j r_j times the block size, so that every
-worker syncs about as often in time and a slow one's contributions are no
-staler than the others' (dynamic local updates: Liu et al., "Asynchronous
-Local-SGD Training for Language Modeling", 2024). Each worker walks its
+rounded so that sum_k b_k = B (largest remainders). And each worker syncs
+after its pace times the block size, p_k = c_k / max_j c_j with c_k its
+compute rate (examples / seconds outside its syncs), so that a worker whose
+minibatches are slower syncs about as often in time as the others and its
+contributions are no staler (dynamic local updates: Liu et al.,
+"Asynchronous Local-SGD Training for Language Modeling", 2024). A worker
+slowed by its link keeps the block: syncing more often would cost it more. Each worker walks its
 own shard in passes (psgd.data.ShardStream) and an epoch may end inside a
 pass, its last minibatch cut short to fit: a slower worker's examples
 come round less often, as with any
@@ -60,8 +62,8 @@ class WorkShares:
         self.worker_index, self.first_worker = worker_index, first_worker
         self.own = own_examples    # B_k, this worker's shard (0 on a server)
         self.budget = own_examples
-        self.rate = float("nan")
-        self.pace = 1.0            # p_k: this worker's rate over the fastest's
+        self.rate = self.compute_rate = float("nan")
+        self.pace = 1.0            # p_k: c_k over the fastest worker's
         self.started = None
         counts = np.array([own_examples], dtype=np.int64)
         self.all_own = np.empty(comm.Get_size(), dtype=np.int64)
@@ -78,14 +80,14 @@ class WorkShares:
         this worker's budget from every worker's rate in the last epoch."""
         if not self.by_speed:
             return
-        rates = np.empty(self.comm.Get_size(), dtype=np.float64)
-        self.comm.Allgather(np.array([self.rate]), rates)
-        r = rates[self.first_worker:]
+        rates = np.empty((self.comm.Get_size(), 2), dtype=np.float64)
+        self.comm.Allgather(np.array([self.rate, self.compute_rate]), rates)
+        r, c = rates[self.first_worker:].T
         self.shares = split(int(self.all_own.sum()), r)
         if self.worker_index is not None:
             self.budget = int(self.shares[self.worker_index])
-            known = np.all(np.isfinite(r)) and np.all(r > 0)
-            self.pace = float(r[self.worker_index] / r.max()) if known else 1.0
+            known = np.all(np.isfinite(c)) and np.all(c > 0)
+            self.pace = float(c[self.worker_index] / c.max()) if known else 1.0
         if say and np.min(self.shares / np.maximum(self.all_own, 1)) < 1 - NOTED:
             slow = int(np.argmin(self.shares))
             kaldi_log("epoch %d: work shares by speed, examples per worker %s (rank %d "
@@ -97,9 +99,18 @@ class WorkShares:
         return max(1, int(round(samples * self.pace)))
 
     def begin(self):
-        self.started = time.monotonic()
+        self.started, self.syncing = time.monotonic(), 0.0
+
+    def synced(self, since):
+        """A sync that began at `since` (time.monotonic) is done."""
+        self.syncing += time.monotonic() - since
 
     def end(self, examples):
-        """This worker's last sync of the epoch is done: its rate."""
+        """This worker's last sync of the epoch is done: its rates."""
         seconds = time.monotonic() - self.started
-        self.rate = examples / seconds if examples and seconds > 0 else float("nan")
+        self.rate = _per_second(examples, seconds)
+        self.compute_rate = _per_second(examples, seconds - self.syncing)
+
+
+def _per_second(examples, seconds):
+    return examples / seconds if examples and seconds > 0 else float("nan")

@@ -102,23 +102,35 @@ class Job:
         return len(self.values)
 
     def Allgather(self, mine, out):
-        out[:] = self.values
-        out[self.rank] = mine[0]
+        out[...] = np.array(self.values, dtype=out.dtype).reshape(out.shape)
+        out[self.rank] = mine.reshape(out[self.rank].shape)
 
 
-def test_a_slow_worker_syncs_after_fewer_samples():
-    # rank 0 serves; the workers' shards are 100 each, their rates 2, 2, 1
-    shares = WorkShares(Job([0, 100, 100, 100], 3), "speed", 2, 100, 1)
-    shares.comm = Job([float("nan"), 2.0, 2.0, 1.0], 3)
-    shares.rate = 1.0
+NAN = float("nan")
+
+
+def shares_of(rank, rates, kind="speed"):
+    """Worker `rank`'s WorkShares after an epoch at `rates`: (rate, compute
+    rate) of ranks 0..3, rank 0 serving, every shard 100 examples."""
+    shares = WorkShares(Job([0, 100, 100, 100], rank), kind, rank - 1, 100, 1)
+    shares.comm = Job([list(r) for r in rates], rank)
+    shares.rate, shares.compute_rate = rates[rank]
     shares.agree(1, say=False)
-    assert (shares.budget, shares.pace) == (60, 0.5)
-    assert shares.sync_period(128) == 64
-    fast = WorkShares(Job([0, 100, 100, 100], 1), "speed", 0, 100, 1)
-    fast.comm = Job([float("nan"), 2.0, 2.0, 1.0], 1)
-    fast.rate = 2.0
-    fast.agree(1, say=False)
+    return shares
+
+
+def test_a_worker_slow_to_compute_syncs_after_fewer_samples():
+    rates = [(NAN, NAN), (2.0, 2.5), (2.0, 2.5), (1.0, 1.25)]
+    slow = shares_of(3, rates)
+    assert (slow.budget, slow.pace, slow.sync_period(128)) == (60, 0.5, 64)
+    fast = shares_of(1, rates)
     assert (fast.budget, fast.sync_period(128)) == (120, 128)
+
+
+def test_a_worker_slow_to_sync_keeps_its_block():
+    # its link, not its compute, is slow: a smaller share, the same block
+    slow = shares_of(3, [(NAN, NAN), (2.0, 2.5), (2.0, 2.5), (1.0, 2.5)])
+    assert (slow.budget, slow.sync_period(128)) == (60, 128)
 
 
 def test_equal_shares_keep_the_block_size():
