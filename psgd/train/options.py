@@ -53,10 +53,10 @@ def build_parser(prog="psgd-train"):
     g.add_argument("--work-shares", choices=SHARE_KINDS, default=None,
                    help="easgd/asgd/masgd: speed (each worker's examples per epoch in "
                         "proportion to its rate in the last epoch, and its block in "
-                        "proportion to its compute rate over the fastest's, so a slow host neither "
-                        "holds the others at each epoch's end nor sends staler work) or "
-                        "equal (its own shard once, the block as given); default speed, "
-                        "equal with --barrier-period")
+                        "proportion to its compute rate over the fastest's, so a slow "
+                        "host neither holds the others at each epoch's end nor sends "
+                        "staler work) or equal (its own shard once, the block as given); "
+                        "default speed, equal with --barrier-period")
     algorithm_flags.add_to(g, finite_float)
 
     g = p.add_argument_group("model and optimizer")

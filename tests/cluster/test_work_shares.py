@@ -29,8 +29,8 @@ def test_the_worker_behind_a_slow_link_takes_less_of_each_epoch(workdir, shares)
         shutil.copy(os.path.join(ROOT, "tests", "fault_driver.py"), str(workdir))
         (workdir / "dump").mkdir()
         count = json.dumps({"what": "none", "dump": str(workdir / "dump")})
-        train = [str(workdir / "fault_driver.py"), count, "--algo", "easgd", "--model", "mlp", "--hidden", "1024",
-                 "--num-samples", "2000", "--epochs", "3", "--metrics", "m.jsonl",
+        train = [str(workdir / "fault_driver.py"), count, "--algo", "easgd", "--model", "mlp",
+                 "--hidden", "1024", "--num-samples", "2000", "--epochs", "3", "--metrics", "m.jsonl",
                  "--work-shares", shares]
         cmd = cluster.mpirun_command(1, 4, train)
         hosts = cmd.index("-hosts") if "-hosts" in cmd else cmd.index("--host")
