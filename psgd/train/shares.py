@@ -60,16 +60,14 @@ class WorkShares:
     def __init__(self, comm, kind, worker_index, own_examples, first_worker):
         self.comm, self.kind = comm, kind
         self.worker_index, self.first_worker = worker_index, first_worker
-        self.own = own_examples    # B_k, this worker's shard (0 on a server)
-        self.budget = own_examples
+        self.budget = own_examples     # B_k, this worker's shard, until agree()
         self.rate = self.compute_rate = float("nan")
         self.pace = 1.0            # p_k: c_k over the fastest worker's
         self.started = None
-        counts = np.array([own_examples], dtype=np.int64)
-        self.all_own = np.empty(comm.Get_size(), dtype=np.int64)
-        comm.Allgather(counts, self.all_own)
-        self.all_own = self.all_own[first_worker:]
-        self.shares = self.all_own.copy()
+        if self.by_speed:       # every rank resolved the same kind: all gather, or none
+            everyone = np.empty(comm.Get_size(), dtype=np.int64)
+            comm.Allgather(np.array([own_examples], dtype=np.int64), everyone)
+            self.all_own = everyone[first_worker:]
 
     @property
     def by_speed(self):
@@ -83,15 +81,15 @@ class WorkShares:
         rates = np.empty((self.comm.Get_size(), 2), dtype=np.float64)
         self.comm.Allgather(np.array([self.rate, self.compute_rate]), rates)
         r, c = rates[self.first_worker:].T
-        self.shares = split(int(self.all_own.sum()), r)
+        shares = split(int(self.all_own.sum()), r)
         if self.worker_index is not None:
-            self.budget = int(self.shares[self.worker_index])
+            self.budget = int(shares[self.worker_index])
             known = np.all(np.isfinite(c)) and np.all(c > 0)
             self.pace = float(c[self.worker_index] / c.max()) if known else 1.0
-        if say and np.min(self.shares / np.maximum(self.all_own, 1)) < 1 - NOTED:
-            slow = int(np.argmin(self.shares))
+        if say and np.min(shares / np.maximum(self.all_own, 1)) < 1 - NOTED:
+            slow = int(np.argmin(shares))
             kaldi_log("epoch %d: work shares by speed, examples per worker %s (rank %d "
-                      "slowest)" % (epoch + 1, "/".join(str(int(s)) for s in self.shares),
+                      "slowest)" % (epoch + 1, "/".join(str(int(s)) for s in shares),
                                     slow + self.first_worker), "epoch")
 
     def sync_period(self, samples):
