@@ -7,8 +7,8 @@ It monkeypatches the trainer so that one rank misbehaves (raises, sleeps,
 writes NaN, dies while writing a checkpoint) at a given epoch and step,
 then runs the real CLI, psgd.worker.main. psgd itself has no test hooks.
 FAULT keys: what (raise | sleep | nan | kill-in-save | slow | die), rank, epoch,
-step, every (nan from `step` on), seconds (sleep), factor (slow: every step
-of the rank takes this much longer, from the start), sync (the easgd server fails
+step, every (nan from `step` on), seconds (sleep; slow: added to every step),
+factor (slow: every step of the rank takes this much longer, from the start), sync (the easgd server fails
 or sleeps at that sync instead), pace (seconds slept at every epoch start,
 all ranks), dump (a folder: each rank writes digests of its parameters at
 every step)."""
@@ -68,7 +68,7 @@ def faulty_loss_and_grad(self, *args, **kwargs):
     started = time.perf_counter()
     loss = loss_and_grad(self, *args, **kwargs)
     if MINE and WHAT == "slow":
-        time.sleep(FAULT["factor"] * (time.perf_counter() - started))
+        time.sleep(FAULT["factor"] * (time.perf_counter() - started) + FAULT.get("seconds", 0))
     at["step"] += 1
     if MINE and at["epoch"] == FAULT.get("epoch", 0) and (
             at["step"] == FAULT.get("step", 1)

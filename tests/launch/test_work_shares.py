@@ -22,8 +22,9 @@ def run(tmp_path, driver, algo, *flags):
     """(steps per rank over the run, metrics rows, stdout + stderr)."""
     dump = tmp_path / "dump"
     dump.mkdir()
-    # every step of the slow rank takes 5x as long
-    fault = {"what": "slow", "factor": 4, "rank": SLOW, "dump": str(dump)}
+    # every step of the slow rank takes 5x as long and 20 ms more, so that it
+    # stays the slow one when oversubscribed ranks' syncs vary by milliseconds
+    fault = {"what": "slow", "factor": 4, "seconds": 0.02, "rank": SLOW, "dump": str(dump)}
     result = mpirun(4, [driver, json.dumps(fault), "--algo", algo, *QUICK, "--epochs",
                         str(EPOCHS), "--metrics", str(tmp_path / "m.jsonl"), *flags],
                     timeout=150)
