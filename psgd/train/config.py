@@ -14,8 +14,8 @@ import types
 
 from ..algorithms import REGISTRY
 from ..nnet import momentum_option
-from .defaults import (default_lr, default_sync_period, local_momentum, lr_rule_name, lr_scale,
-                       lr_schedule, warmup_epochs, work_shares)
+from .defaults import (default_lr, default_sync_period, lr_rule_name, lr_scale, warmup_epochs,
+                       work_shares)
 from .options import algorithm_options
 from .roles import server_count
 
@@ -73,7 +73,7 @@ class Optimizer:
     lr_scale: float         # the large-batch rule's k (1: off)
     lr_rule: str
     warmup_epochs: int
-    momentum: object        # the trainer's local momentum for N, or None: the optimizer's own
+    momentum: object        # --momentum, or None: the optimizer's own
     weight_decay: float
     clip: float
 
@@ -157,15 +157,14 @@ def resolve(args, size):
     servers = server_count(algorithm, args.servers, args.model_parallel, size)
     workers = size if args.model_parallel else algorithm.workers(size, max(servers, 1))
     scale = lr_scale(args, workers)
-    base = args.lr if args.lr is not None else default_lr(args, workers)
-    momentum = args.momentum if args.momentum is not None else local_momentum(args, workers)
+    base = args.lr if args.lr is not None else default_lr(args)
     options = algorithm_options(args, workers)
     chosen = {
         Run: dict(servers=servers, size=size, num_workers=workers,
                   work_shares=work_shares(args, algorithm, options)),
         Optimizer: dict(lr=base * scale, lr_scale=scale, lr_rule=lr_rule_name(args),
-                        warmup_epochs=warmup_epochs(args), momentum=momentum),
-        Schedule: dict(lr_schedule=lr_schedule(args, workers)),
+                        warmup_epochs=warmup_epochs(args)),
+        Schedule: dict(lr_schedule=args.lr_schedule or "constant"),
         Algorithm: dict(sync_period=args.sync_period or default_sync_period(args, workers),
                         options=types.MappingProxyType(options)),
     }

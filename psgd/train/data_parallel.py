@@ -264,7 +264,7 @@ class DataParallel:
         changed (the checkpointer knows ranks, not roles). The local
         optimizer's state is this rank's own file's, as resize rules."""
         self.optimizer.load_state_dict(resize.optimizer_state(
-            self.optimizer, ckpt.optimizer_state(arrays), layout, self.gradients_averaged))
+            self.optimizer, ckpt.optimizer_state(arrays), self.gradients_averaged))
         if self.rank != 0 and layout.old_size == self.size:
             arrays = checkpointer.load_from(folder, 0)[0]   # whole: it loaded here already
         self.net.load_state_dict(ckpt.split(arrays, "net"))    # rank 0's statistics

@@ -3,9 +3,6 @@ local rate, the large-batch rule and the block size that a user who types
 only `--algo X` gets, each chosen by measurement (MNIST-1D CNN, Adam, 30
 epochs; BENCHMARKS.md's convergence grid, benchmarks/FINDINGS.md). The
 algorithms' own defaults (psgd.create) stay those of docs/algorithms.md."""
-import math
-
-from ..nnet.optimizers import OPTIMIZERS, momentum_option
 from .large_batch import rule_name, scale_factor
 
 DEFAULT_LR = {"sgd": 0.05, "momentum": 0.02, "nesterov": 0.02, "adagrad": 0.02,
@@ -24,7 +21,8 @@ def trainer_defaults(algo, num_workers, outer=None, compression=None):
       one worker and never helped.
     - sod outer_lr = SOD_OUTER_LR(N) with its default Nesterov outer step
       (`outer`: the user's --outer, None for the default): see there.
-    - asgd/masgd staleness_compensation = STALENESS_COMPENSATION: see there.
+    - asgd: the mean delta with delay compensation (asgd_mean); masgd: dc
+      from 2 workers, the delayed Nesterov update from MASGD_DELAYED_FROM.
     - bmuf and sod (linear outer steps), compressed: compression_momentum
       local (`compression`: the user's --compression): see SHARED_MOMENTUM."""
     N = num_workers
@@ -61,12 +59,12 @@ def _trainer_defaults(algo, N, outer):
         return {"outer_lr": SOD_OUTER_LR(N)}
     if algo == "bmuf":
         return {"block_momentum": BMUF_MOMENTUM(N), "reset_local_state": False}
-    if algo == "asgd" and asgd_mean(N):
-        return {"staleness_compensation": "none", "alpha": 1.0 / N}
-    if algo == "masgd" and masgd_delayed(N):
-        return {"staleness_compensation": STALENESS_COMPENSATION[algo](N), "delayed": True}
-    if algo in STALENESS_COMPENSATION:
-        return {"staleness_compensation": STALENESS_COMPENSATION[algo](N)}
+    if algo == "asgd":
+        return {"staleness_compensation": "dc", "alpha": 1.0 / N} if asgd_mean(N) \
+            else {"staleness_compensation": "none"}
+    if algo == "masgd":
+        options = {"staleness_compensation": "dc" if N > 1 else "none"}
+        return dict(options, delayed=True) if masgd_delayed(N) else options
     return {}
 
 
@@ -103,82 +101,36 @@ def SOD_OUTER_LR(N):
     return 0.7 * min(1.0, N / 4.0)
 
 
-# asgd/masgd: see ASGD_DC_FROM.
-STALENESS_COMPENSATION = {"asgd": lambda N: "dc" if N >= ASGD_DC_FROM else "none",
-                          "masgd": lambda N: "dc" if N > 1 else "none"}
-
-
-def default_lr(args, num_workers):
-    """The optimizer's default rate; asgd adds every worker's delta to the
-    center at full gain, so below ASGD_DC_FROM workers (asgd_mean aside) its
-    default local rate is divided by sqrt(N): the N deltas of a round carry
-    N times one worker's signal but only sqrt(N) times its noise. From
-    ASGD_DC_FROM on, asgd takes delay compensation (trainer_defaults) and the
-    undivided rate."""
-    lr = DEFAULT_LR.get(args.optimizer, 0.01)
-    if args.algo == "asgd" and num_workers < ASGD_DC_FROM and not asgd_mean(num_workers):
-        return lr / math.sqrt(num_workers)
-    return lr
-
-
-def local_momentum(args, num_workers):
-    """The local optimizer's momentum term (momentum and nesterov: mu; adam:
-    beta1) where the trainer's default differs from the optimizer's own, else
-    None. asgd below ASGD_DC_FROM workers (asgd_mean aside) takes
-    ASYNC_LOCAL_MOMENTUM: its asynchrony is a momentum of its own (see there)."""
-    if args.algo == "asgd" and 2 <= num_workers < ASGD_DC_FROM and \
-            not asgd_mean(num_workers) and _has_momentum(args.optimizer):
-        return ASYNC_LOCAL_MOMENTUM
-    return None
-
-
-def _has_momentum(optimizer):
-    """Whether `optimizer` has a momentum term that is on by default."""
-    cls = OPTIMIZERS.get(optimizer)
-    return bool(cls and cls.defaults.get(momentum_option(optimizer)))
+def default_lr(args):
+    """The optimizer's default rate (the large-batch rule's factor aside)."""
+    return DEFAULT_LR.get(args.optimizer, 0.01)
 
 
 def asgd_mean(num_workers):
-    """Whether the trainer's asgd adds the mean of the deltas (alpha = 1/N)
-    at the square-root large-batch rate with the optimizer's own momentum:
-    at ASGD_MEAN_AT workers, where the sum of the deltas collapsed and
-    recovered at any epoch, synchronous or not (at 2 and 5 workers the mean
-    measured worse)."""
-    return num_workers in ASGD_MEAN_AT
+    """Whether the trainer's asgd adds the mean of the deltas (alpha = 1/N),
+    delay-compensated (dc), at the local rate x asgd_lr_factor: from 2
+    workers. The sum of the deltas (alpha 1), at the rate / sqrt(N) with a
+    local momentum of 0.5 below 6 workers, collapsed and recovered at any
+    epoch (falls of 23 and 29 points between two epochs at 3 and 5 workers,
+    MNIST-1D) and trailed one worker by 2.3-2.7 points from 6 workers on;
+    the mean without dc still spiked (18 points at 8 workers); with dc the
+    falls stayed within 3.4 points from 3 to 8 workers, as one worker's do
+    (its own reach 5)."""
+    return num_workers >= 2
 
 
-ASGD_MEAN_AT = (4,)
-
-
-def lr_schedule(args, num_workers):
-    """The user's --lr-schedule, else anneal for asgd where it adds the mean
-    delta (asgd_mean), else constant: Adam at asgd's constant large-batch
-    rate spikes once the model is close (one worker at that rate does too),
-    and the stale deltas turn each spike into a fall of the center's
-    accuracy; elsewhere the anneal did not remove the falls (BENCHMARKS.md,
-    issue 31)."""
-    if args.lr_schedule is not None:
-        return args.lr_schedule
-    return "anneal" if args.algo == "asgd" and asgd_mean(num_workers) else "constant"
-
-
-# asgd below ASGD_DC_FROM workers, but at ASGD_MEAN_AT: with N workers each
-# delta lands about N - 1 center updates late, which acts like a momentum of
-# 1 - 1/N on top of the local optimizer's own (Mitliagkas et al., "Asynchrony
-# begets momentum", 2016), so the trainer takes a local momentum of 0.5 and
-# the rate / sqrt(N).
-ASYNC_LOCAL_MOMENTUM = 0.5
-
-
-# asgd: below this many workers, no compensation (see ASYNC_LOCAL_MOMENTUM);
-# from it on, delay compensation at the undivided rate, where the local
-# momentum and smaller rates swung or stalled. masgd: dc at every N.
-ASGD_DC_FROM = 6
+def asgd_lr_factor(num_workers):
+    """asgd's mean delta moves the center 1/N of a worker's way per sync, so
+    its local rate grows with N: max(3, N / 2), for every optimizer. Adam at
+    3 and 4 workers: x2 0.2-0.6 points behind x3; at 8: x2.83, x3, x4 and
+    x5.66 ended 1.1-2.6, 1.5, 0.5-0.7 and 0.6 points behind one worker. SGD
+    with momentum at 8: the linear rule's x8 diverged, x4 1.6 behind."""
+    return max(3.0, num_workers / 2.0) if asgd_mean(num_workers) else 1.0
 
 
 # The large-batch rule (large_batch.py) by algorithm: not for bmuf (its block
-# step has its own factor, bmuf_lr_factor) nor the asgd family (their rates
-# are set for the staleness, default_lr; asgd_mean aside). For adaptive
+# step has its own factor, bmuf_lr_factor) nor the asgd family (asgd_lr_factor,
+# masgd none: its rate is set for the staleness). For adaptive
 # optimizers bsp, easgd and syncgrad start linear (x2 at 2 workers, x3 from
 # 3 to 9, then sqrt(N)): sqrt(4) = 2 left them about a point behind one
 # worker at 4; sod keeps sqrt(N), as its outer step amplifies the rate.
@@ -192,7 +144,7 @@ def lr_scale(args, num_workers):
     if not args.lr_scaling:
         return 1.0
     if args.algo == "asgd":
-        return scale_factor(args.optimizer, num_workers) if asgd_mean(num_workers) else 1.0
+        return asgd_lr_factor(num_workers)
     if args.algo == "bmuf":
         return bmuf_lr_factor(num_workers)
     if args.algo not in LR_SCALED:
@@ -201,13 +153,16 @@ def lr_scale(args, num_workers):
 
 
 def lr_rule_name(args):
-    return "bmuf N/4" if args.algo == "bmuf" else rule_name(
-        args.optimizer, args.algo in LINEAR_START)
+    if args.algo == "bmuf":
+        return "bmuf N/4"
+    if args.algo == "asgd":
+        return "asgd 3x, then N/2"
+    return rule_name(args.optimizer, args.algo in LINEAR_START)
 
 
 def warmup_epochs(args):
     """bmuf's factor was measured without a warm-up (with one it did worse),
-    and asgd's (asgd_mean; elsewhere its factor is 1) too."""
+    and asgd's too."""
     if args.warmup_epochs is not None:
         return args.warmup_epochs
     return 0 if args.algo in ("bmuf", "asgd") else WARMUP_EPOCHS

@@ -74,13 +74,12 @@ def build_parser(prog="psgd-train"):
     g.add_argument("--lr", type=finite_float, default=None, help="learning rate (default per optimizer)")
     g.add_argument("--momentum", type=finite_float, default=None,
                    help="local momentum: mu of momentum, nesterov and rmsprop, beta1 of adam "
-                        "(default the optimizer's: 0.9, rmsprop 0; the trainer: 0.5 under asgd "
-                        "with 2, 3 or 5 workers)")
+                        "(default the optimizer's: 0.9, rmsprop 0)")
     g.add_argument("--weight-decay", type=finite_float, default=0.0, help="L2 penalty")
     g.add_argument("--clip", type=finite_float, default=0.0, help="gradient-norm clipping (0: off)")
     g.add_argument("--lr-schedule", choices=SCHEDULES, default=None,
-                   help="default constant; the trainer's asgd at 4 workers: anneal (the rate "
-                        "holds for a third of the epochs, then falls along a half cosine to a tenth)")
+                   help="default constant; anneal: the rate holds for a third of the epochs, "
+                        "then falls along a half cosine to a tenth")
     g.add_argument("--lr-decay", type=finite_float, default=0.9, help="exponential: factor per epoch")
     g.add_argument("--newbob-start", type=finite_float, default=0.01,
                    help="newbob: start halving when the relative held-out loss gain is below this")

@@ -14,9 +14,8 @@ import numpy as np
 
 from ..buffers import shard_bounds
 from ..errors import UsageError
-from ..nnet.optimizers import OPTIMIZERS, momentum_option
 from . import checkpoint as ckpt
-from .defaults import default_lr, local_momentum, lr_scale
+from .defaults import default_lr, lr_scale
 from .metrics import short
 from .roles import server_count
 
@@ -111,37 +110,14 @@ def global_state(saved, sync, rank):
     return state
 
 
-def optimizer_state(optimizer, saved, layout, averaged):
+def optimizer_state(optimizer, saved, averaged):
     """The local optimizer's state to load: the checkpoint's options (a flag
-    given anew is already in them), the momentum term of this N where the
-    trainer's default chose it, and the moments only where every rank held
-    the same (`averaged`: syncgrad)."""
+    given anew is already in them), and the moments only where every rank
+    held the same (`averaged`: syncgrad)."""
     state = dict(saved)
     if not averaged:
         state.update({slot: None for slot in optimizer.slots}, t=0)
-    now = layout.now
-    term = momentum_option(now.optimizer)
-    if term in state and now.momentum is None and layout.then.momentum is None:
-        state[term] = _momentum(now, layout.workers)
     return state
-
-
-def momentum_change(optimizer, layout):
-    """[(term, old, new)] when the local momentum is the trainer's default
-    and differs at this N (asgd below ASGD_DC_FROM workers)."""
-    now = layout.now
-    term = momentum_option(now.optimizer)
-    if term not in optimizer.options or now.momentum is not None \
-            or layout.then.momentum is not None:
-        return []
-    old, new = _momentum(layout.then, layout.old_workers), _momentum(now, layout.workers)
-    return [(term, old, new)] if old != new else []
-
-
-def _momentum(flags, workers):
-    mine = local_momentum(flags, workers)
-    return mine if mine is not None else OPTIMIZERS[flags.optimizer].defaults[
-        momentum_option(flags.optimizer)]
 
 
 def rescaled_lr(lr, layout):
@@ -151,8 +127,8 @@ def rescaled_lr(lr, layout):
     now, then = layout.now, layout.then
     if now.lr is not None and now.lr != then.lr:
         return lr
-    base_then = then.lr if then.lr is not None else default_lr(then, layout.old_workers)
-    base_now = then.lr if then.lr is not None else default_lr(now, layout.workers)
+    base_then = then.lr if then.lr is not None else default_lr(then)
+    base_now = then.lr if then.lr is not None else default_lr(now)
     return lr * (base_now * lr_scale(now, layout.workers)) / \
         (base_then * lr_scale(then, layout.old_workers))
 

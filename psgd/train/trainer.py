@@ -388,7 +388,6 @@ class Trainer(mpi.Closeable):
         self.schedule.lr = resize.rescaled_lr(lr, layout)
         p = self.parallel
         changes = [("lr", lr, self.schedule.lr)] if self.schedule.lr != lr else []
-        changes += resize.momentum_change(p.optimizer, layout)
         changes += resize.option_changes(header.get("algorithm_options", {}), p.sync.options)
         if self.say:
             for line in resize.log_lines(layout, p.sync, p.algorithm, p.gradients_averaged,

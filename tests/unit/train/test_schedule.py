@@ -1,11 +1,10 @@
-"""The anneal schedule (psgd/train/schedule.py) and which runs get it by
-default (psgd/train/defaults.py lr_schedule)."""
+"""The anneal schedule (psgd/train/schedule.py), and a resumed run's
+schedule (psgd/train/consistency.py)."""
 import math
 
 import pytest
 
 from psgd.errors import UsageError
-from psgd.train.defaults import lr_schedule
 from psgd.train.options import make_config
 from psgd.train.schedule import ANNEAL_FLOOR, Schedule
 
@@ -35,32 +34,22 @@ def test_other_schedules_train_at_their_own_rate(kind):
     assert [s.fraction(e, 4) for e in range(4)] == [1.0] * 4 and s.describe(4) == ""
 
 
-def test_asgd_at_4_workers_anneals_unless_a_schedule_is_given():
-    """asgd's mean delta at the square-root rate (4e-3) spiked late at a
-    constant rate: the trainer anneals it, and only it."""
-    assert [lr_schedule(make_config(algo="asgd"), n) for n in (1, 2, 3, 4, 5, 6, 8)] == [
-        "constant", "constant", "constant", "anneal", "constant", "constant", "constant"]
-    assert lr_schedule(make_config(algo="asgd", lr_schedule="constant"), 4) == "constant"
-    assert lr_schedule(make_config(algo="bsp"), 4) == "constant"
-    assert lr_schedule(make_config(algo="bsp", lr_schedule="anneal"), 2) == "anneal"
-
-
 def test_an_unknown_schedule_is_refused():
     with pytest.raises(UsageError, match="unknown lr schedule 'cosine'"):
         Schedule("cosine", 0.1)
 
 
 def test_a_resume_without_the_flag_keeps_the_checkpoints_named_schedule():
-    """A checkpoint written when the default was "constant" for every run
-    resumes under it, not under the trainer's default by N (asgd: anneal)."""
+    """A checkpoint written when the trainer annealed asgd at 4 workers by
+    default resumes annealed, though the default is now constant."""
     from psgd.train.consistency import reconcile_resume, resumed_schedule
-    old = {"config": {"algo": "asgd", "lr_schedule": "constant"}}
+    old = {"config": {"algo": "asgd", "lr_schedule": "anneal"}}
     args = make_config(algo="asgd")
     reconcile_resume(args, {}, old, False)      # not refused
-    assert resumed_schedule(args, old) == "constant"
-    schedule = Schedule(lr_schedule(args, 4), 1.0)
-    schedule.load(Schedule("constant", 1.0).state(), resumed_schedule(args, old))
-    assert schedule.kind == "constant" and schedule.fraction(29, 30) == 1.0
+    assert resumed_schedule(args, old) == "anneal"
+    schedule = Schedule("constant", 1.0)
+    schedule.load(Schedule("anneal", 1.0).state(), resumed_schedule(args, old))
+    assert schedule.kind == "anneal" and schedule.fraction(29, 30) < 0.2
     assert resumed_schedule(args, {"config": {"algo": "asgd", "lr_schedule": None}}) is None
     args = make_config(algo="asgd", lr_schedule="exponential")
     assert resumed_schedule(args, old) is None
