@@ -113,18 +113,18 @@ def asgd_mean(num_workers):
     local momentum of 0.5 below 6 workers, collapsed and recovered at any
     epoch (falls of 23 and 29 points between two epochs at 3 and 5 workers,
     MNIST-1D) and trailed one worker by 2.3-2.7 points from 6 workers on;
-    the mean without dc still spiked (18 points at 8 workers); with dc the
-    falls stayed within 3.4 points from 3 to 8 workers, as one worker's do
-    (its own reach 5)."""
+    the mean without dc still spiked (18 points at 8 workers); with dc, at
+    asgd_lr_factor, no fall passed 3.4 points from 3 to 8 workers (one
+    worker's own reach 5)."""
     return num_workers >= 2
 
 
 def asgd_lr_factor(num_workers):
     """asgd's mean delta moves the center 1/N of a worker's way per sync, so
-    its local rate grows with N: max(3, N / 2), for every optimizer. Adam at
-    3 and 4 workers: x2 0.2-0.6 points behind x3; at 8: x2.83, x3, x4 and
-    x5.66 ended 1.1-2.6, 1.5, 0.5-0.7 and 0.6 points behind one worker. SGD
-    with momentum at 8: the linear rule's x8 diverged, x4 1.6 behind."""
+    its local rate grows with N: max(3, N / 2), for every optimizer. Adam:
+    x2 ended 0.3 and 0.9 points below x3 at 3 and 4 workers; at 8, x3, x4
+    and x5.66 ended 1.5, 0.4-1.0 and 0.6 points behind one worker. SGD with
+    momentum at 8: the linear rule's x8 diverged, x4 1.6 behind."""
     return max(3.0, num_workers / 2.0) if asgd_mean(num_workers) else 1.0
 
 
