@@ -84,10 +84,15 @@ def own_lines(workdir):
 
 def test_a_host_killed_at_a_random_moment_and_the_job_ends_trained(cluster, workdir):
     victim = random.choice(cluster.names)      # h0 holds rank 0 and the launcher
-    delay = random.uniform(0, 1.5)
-    why = "killed %s %.2fs after the first checkpoint" % (victim, delay)
+    # a random epoch and a random moment within it, never past the run: a
+    # delay drawn in seconds once outlasted a quiet machine's whole run
+    at = random.randint(2, EPOCHS - 4)
     job = start(cluster, workdir, "h0:2,h1:2")
     wait_for(job, workdir, 1)
+    first = time.time()
+    wait_for(job, workdir, at)
+    delay = random.uniform(0, (time.time() - first) / (at - 1))
+    why = "killed %s %.2fs after the checkpoint of epoch %d" % (victim, delay, at)
     time.sleep(delay)
     saved = latest(workdir)
     cluster.kill(victim)
