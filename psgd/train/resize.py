@@ -15,7 +15,7 @@ import numpy as np
 from ..buffers import shard_bounds
 from ..errors import UsageError
 from . import checkpoint as ckpt
-from .defaults import default_lr, lr_scale
+from .defaults import lr_scale
 from .metrics import short
 from .roles import server_count
 
@@ -121,16 +121,14 @@ def optimizer_state(optimizer, saved, averaged):
 
 
 def rescaled_lr(lr, layout):
-    """The schedule's rate at this N: the default rate and the large-batch
-    rule of this N in place of the checkpoint's (a --lr given then stays the
-    base rate; one given anew was set as it is, consistency.py)."""
+    """The schedule's rate at this N: the large-batch rule of this N in
+    place of the checkpoint's. The base rate is the same at every N (a --lr
+    given then, or the default of the optimizer, which a resume cannot
+    change); one given anew was set as it is (consistency.py)."""
     now, then = layout.now, layout.then
     if now.lr is not None and now.lr != then.lr:
         return lr
-    base_then = then.lr if then.lr is not None else default_lr(then)
-    base_now = then.lr if then.lr is not None else default_lr(now)
-    return lr * (base_now * lr_scale(now, layout.workers)) / \
-        (base_then * lr_scale(then, layout.old_workers))
+    return lr * lr_scale(now, layout.workers) / lr_scale(then, layout.old_workers)
 
 
 def log_lines(layout, sync, algorithm, averaged, changes):
