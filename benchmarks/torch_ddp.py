@@ -123,7 +123,8 @@ def child(argv):
             shares["reset_local_state"] = False
         if args.trainer_defaults and not grads:
             from psgd.train.defaults import trainer_defaults
-            shares = dict(trainer_defaults(args.mode.split("_")[0], comm.size, compression=kind),
+            shares = dict(trainer_defaults(args.mode.split("_")[0], comm.size,
+                                           {"compression": kind}),
                           **shares)
         sync = psgd.torch.create("syncgrad" if grads else args.mode.split("_")[0], model,
                                  comm=comm, **({"compression": kind} if kind else {}), **shares)

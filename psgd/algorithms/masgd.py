@@ -44,8 +44,7 @@ OPTIONS = {**ASGD_OPTIONS,
                            help="one velocity per worker (default) or one global"),
            "delayed": Option(False, kind=bool, flag="masgd_delayed_nesterov",
                              help="apply each delta at once and the server momentum once every "
-                                  "D updates (delayed Nesterov; the trainer's default from 4 "
-                                  "workers)"),
+                                  "D updates (delayed Nesterov)"),
            "delay_period": Option(lambda N: max(N, 1), positive, kind=int,
                                   flag="masgd_delay_period",
                                   help="delayed Nesterov: updates per momentum step (default N)")}
@@ -140,16 +139,21 @@ class Masgd(Asgd):
     server = MasgdServer
 
     @classmethod
+    def unit_gain_alpha(cls, options, N):
+        """The alpha whose steady-state gain is 1 per delta, as asgd's alpha 1:
+        1 - m; under the delayed update D * (1 - m)."""
+        m = cls.OPTIONS["momentum"].resolve("momentum", options.get("momentum"), N)
+        if not options.get("delayed"):
+            return 1.0 - m
+        return (1.0 - m) * cls.OPTIONS["delay_period"].resolve(
+            "delay_period", options.get("delay_period"), N)
+
+    @classmethod
     def resolve_options(cls, options, size, servers=1):
         options = dict(options)
         if options.get("delay_period") is not None and not options.get("delayed"):
             raise UsageError("masgd: delay_period is the delayed Nesterov update's; it does "
                              "nothing without delayed=true")
         if options.get("alpha") is None:
-            N = cls.workers(size, servers)
-            m = cls.OPTIONS["momentum"].resolve("momentum", options.get("momentum"), N)
-            options["alpha"] = 1.0 - m
-            if options.get("delayed"):
-                options["alpha"] *= cls.OPTIONS["delay_period"].resolve(
-                    "delay_period", options.get("delay_period"), N)
+            options["alpha"] = cls.unit_gain_alpha(options, cls.workers(size, servers))
         return super().resolve_options(options, size, servers)

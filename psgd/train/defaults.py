@@ -3,13 +3,16 @@ local rate, the large-batch rule and the block size that a user who types
 only `--algo X` gets, each chosen by measurement (MNIST-1D CNN, Adam, 30
 epochs; BENCHMARKS.md's convergence grid, benchmarks/FINDINGS.md). The
 algorithms' own defaults (psgd.create) stay those of docs/algorithms.md."""
+import math
+
+from ..algorithms.masgd import Masgd
 from .large_batch import rule_name, scale_factor
 
 DEFAULT_LR = {"sgd": 0.05, "momentum": 0.02, "nesterov": 0.02, "adagrad": 0.02,
               "adadelta": 1.0, "rmsprop": 1e-3, "adam": 2e-3}
 
 
-def trainer_defaults(algo, num_workers, outer=None, compression=None):
+def trainer_defaults(algo, num_workers, given=None):
     """Algorithm options the trainer sets when the user does not, by N. The
     algorithms' own defaults (psgd.create) stay those of docs/algorithms.md; these
     are what the convergence benchmark measured best with the trainer's data
@@ -20,14 +23,17 @@ def trainer_defaults(algo, num_workers, outer=None, compression=None):
       clearing Adam's moments every 4-minibatch block cost points even at
       one worker and never helped.
     - sod outer_lr = SOD_OUTER_LR(N) with its default Nesterov outer step
-      (`outer`: the user's --outer, None for the default): see there.
-    - asgd: the mean delta with delay compensation (asgd_mean); masgd: dc
-      from 2 workers, the delayed Nesterov update from MASGD_DELAYED_FROM.
+      (the user's outer, given or not): see there.
+    - asgd: the mean delta with delay compensation (asgd_mean); masgd the
+      same, with its own momentum (masgd_mean).
     - bmuf and sod (linear outer steps), compressed: compression_momentum
-      local (`compression`: the user's --compression): see SHARED_MOMENTUM."""
-    N = num_workers
-    options = _trainer_defaults(algo, N, outer)
-    if compression not in (None, "none") and algo in SHARED_MOMENTUM and outer != "adam":
+      local: see SHARED_MOMENTUM.
+    `given`: the options the user gave (psgd.create's names), which these
+    rules read (sod's outer, masgd's momentum) and which win over them."""
+    given = given or {}
+    options = _trainer_defaults(algo, num_workers, given)
+    if given.get("compression") not in (None, "none") and algo in SHARED_MOMENTUM \
+            and given.get("outer") != "adam":
         options["compression_momentum"] = "local"
     return options
 
@@ -52,10 +58,10 @@ def work_shares(args, algorithm, options):
 SHARED_MOMENTUM = ("bmuf", "sod")
 
 
-def _trainer_defaults(algo, N, outer):
+def _trainer_defaults(algo, N, given):
     if algo == "easgd":
         return {"alpha": max(0.9 / N, 0.3)}
-    if algo == "sod" and outer in (None, "nesterov"):
+    if algo == "sod" and given.get("outer") in (None, "nesterov"):
         return {"outer_lr": SOD_OUTER_LR(N)}
     if algo == "bmuf":
         return {"block_momentum": BMUF_MOMENTUM(N), "reset_local_state": False}
@@ -63,21 +69,33 @@ def _trainer_defaults(algo, N, outer):
         return {"staleness_compensation": "dc", "alpha": 1.0 / N} if asgd_mean(N) \
             else {"staleness_compensation": "none"}
     if algo == "masgd":
-        options = {"staleness_compensation": "dc" if N > 1 else "none"}
-        return dict(options, delayed=True) if masgd_delayed(N) else options
+        if not masgd_mean(N, given.get("delayed")):
+            return {"staleness_compensation": "dc" if N > 1 else "none"}
+        mean = {"staleness_compensation": "dc", "momentum": given.get("momentum", MASGD_MOMENTUM)}
+        return dict(mean, alpha=Masgd.unit_gain_alpha(mean, N) / N)
     return {}
 
 
-# masgd: from MASGD_DELAYED_FROM workers the delayed Nesterov update (D = N)
-# with asgd's 4-minibatch blocks: the server momentum applied on every stale
-# delta wanted 32-minibatch blocks and still trailed one worker.
-MASGD_DELAYED_FROM = 4
+# masgd from MASGD_MEAN_FROM workers: asgd's mean delta (the gain of one
+# delta 1/N) and dc, with a lighter server momentum MASGD_MOMENTUM and
+# 4-minibatch blocks, at the local rate x masgd_lr_factor. The sum (gain 1)
+# with the momentum 0.9 on every delta fell up to 7.7 points between two
+# epochs from 4 workers, and with the delayed Nesterov update still trailed
+# one worker by 2.5-4 points at 8 (benchmarks/FINDINGS.md, "masgd: the mean
+# delta").
+MASGD_MEAN_FROM = 4
+MASGD_MOMENTUM = 0.5
 
 
-def masgd_delayed(num_workers, given=None):
-    """Whether masgd runs the delayed Nesterov update: the user's choice
-    (`given`, None when not given), else the trainer's by N."""
-    return given if given is not None else num_workers >= MASGD_DELAYED_FROM
+def masgd_mean(num_workers, delayed=None):
+    """Whether the trainer's masgd adds the mean delta: not when the user
+    asks for the delayed Nesterov update (whose momentum step has its own
+    gain)."""
+    return not delayed and num_workers >= MASGD_MEAN_FROM
+
+
+def masgd_lr_factor(num_workers, delayed=None):
+    return max(3.0, num_workers / math.sqrt(2.0)) if masgd_mean(num_workers, delayed) else 1.0
 
 
 # bmuf: eta = min(1 - 1/N, 0.5), where CNTK's 1 - 1/N (the block step N times
@@ -130,7 +148,7 @@ def asgd_lr_factor(num_workers):
 
 # The large-batch rule (large_batch.py) by algorithm: not for bmuf (its block
 # step has its own factor, bmuf_lr_factor) nor the asgd family (asgd_lr_factor,
-# masgd none: its rate is set for the staleness). For adaptive
+# masgd_lr_factor). For adaptive
 # optimizers bsp, easgd and syncgrad start linear (x2 at 2 workers, x3 from
 # 3 to 9, then sqrt(N)): sqrt(4) = 2 left them about a point behind one
 # worker at 4; sod keeps sqrt(N), as its outer step amplifies the rate.
@@ -145,6 +163,8 @@ def lr_scale(args, num_workers):
         return 1.0
     if args.algo == "asgd":
         return asgd_lr_factor(num_workers)
+    if args.algo == "masgd":
+        return masgd_lr_factor(num_workers, args.masgd_delayed_nesterov)
     if args.algo == "bmuf":
         return bmuf_lr_factor(num_workers)
     if args.algo not in LR_SCALED:
@@ -157,23 +177,25 @@ def lr_rule_name(args):
         return "bmuf N/4"
     if args.algo == "asgd":
         return "asgd 3x, then N/2"
+    if args.algo == "masgd":
+        return "masgd 3x, then N/sqrt(2)"
     return rule_name(args.optimizer, args.algo in LINEAR_START)
 
 
 def warmup_epochs(args):
     """bmuf's factor was measured without a warm-up (with one it did worse),
-    and asgd's too."""
+    and asgd's and masgd's too."""
     if args.warmup_epochs is not None:
         return args.warmup_epochs
-    return 0 if args.algo in ("bmuf", "asgd") else WARMUP_EPOCHS
+    return 0 if args.algo in ("bmuf", "asgd", "masgd") else WARMUP_EPOCHS
 
 
 def default_sync_period(args, num_workers):
     """Minibatches per block, by algorithm: sod's outer Nesterov step
     amplifies every block, so it wants DiLoCo-like long blocks; masgd's
-    server momentum on every delta smears each one over the worker's later
-    syncs, unless it runs the delayed update (MASGD_DELAYED_FROM). Others: 4."""
-    blocks = {"sod": 16, "masgd": 32}.get(args.algo, 4)
-    if args.algo == "masgd" and masgd_delayed(num_workers, args.masgd_delayed_nesterov):
-        blocks = 4
+    server momentum 0.9 on every delta (the sum, below MASGD_MEAN_FROM)
+    smears each one over the worker's later syncs. Others: 4."""
+    delayed = args.masgd_delayed_nesterov
+    sum_of_deltas = args.algo == "masgd" and not (delayed or masgd_mean(num_workers, delayed))
+    blocks = 16 if args.algo == "sod" else 32 if sum_of_deltas else 4
     return blocks * args.minibatch_size

@@ -277,7 +277,5 @@ def algorithm_options(args, num_workers=None):
     cls = REGISTRY[args.algo]
     given = {option: getattr(args, flag) for flag, option in ALGORITHM_FLAGS.items()
              if getattr(args, flag) is not None and option in cls.OPTIONS}
-    defaults = (trainer_defaults(args.algo, num_workers, getattr(args, "outer", None),
-                                 getattr(args, "compression", None))
-                if num_workers else {})
+    defaults = trainer_defaults(args.algo, num_workers, given) if num_workers else {}
     return {**defaults, **given}

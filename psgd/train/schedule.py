@@ -4,8 +4,8 @@ anneal: the rate holds for the first third of the epochs (ANNEAL_FROM), then
 falls along a half cosine to ANNEAL_FLOOR times itself by the last epoch. Adam at a
 constant rate spikes near convergence (its second moment shrinks, so its
 normalized step stays at the rate while the gradients it meets grow again);
-a rate that falls once the model is close stops that (psgd/train/defaults.py
-gives it to asgd).
+a rate that falls once the model is close stops that (not a default: under
+asgd's mean delta it only slowed learning, benchmarks/FINDINGS.md).
 
 newbob (steps/nnet/train_scheduler.sh): keep the rate while the relative
 held-out loss improvement is at least `start`; once it falls below, halve

@@ -1,9 +1,9 @@
 """The trainer's acceptance on the embedded data, with every default: each
 algorithm at np 5 ends within its allowed gap of one worker trained on the
 same samples with the same seed (2 points where psgd meets the goal of issue
-10, 3 where timing moves the result by as much; masgd's is a floor at the
-measured gap plus a margin, so a regression still fails), the README's main
-command (easgd at np 5) reaches at least 85%, and the mlp at least 60%.
+10, 3 where timing moves the result by as much, 4 for asgd at this seed),
+the README's main command (easgd at np 5) reaches at least 85%, and the mlp
+at least 60%.
 Accuracy is asserted, never time."""
 import json
 import statistics
@@ -37,24 +37,25 @@ def one_worker(tmp_path_factory):
     return final_accuracy(tmp_path_factory.mktemp("one_worker"), 1, "--algo", "bsp")
 
 
-# Allowed gap to one worker (96.1% at the default seed), in accuracy. Measured
-# at np 5 with the defaults of this commit: bsp 94.6%, syncgrad 94.7% (1.5,
+# Allowed gap to one worker (96.1% at the default seed when these were
+# measured, 94.3% on 2026-11-28), in accuracy. Measured at np 5: bsp 94.6%, syncgrad 94.7% (1.5,
 # 1.4: the large-batch rule's x3 from 3 workers; with sqrt(N) both were
 # 95.1%, but 1.1 / 1.4 points behind at 4 workers over seeds 1-3), sod 95.3%,
 # bmuf 94.9% (1.2); easgd 93.5-95.3% in 19 runs, 9 of them beside two busy
 # loops (up to 2.6: its update order depends on timing), asgd (the mean delta,
 # dc, x3) 93.0-94.3% in three runs on a quiet machine and 92.9-94.1% in six
 # beside two busy loops (up to 3.2 at this seed; over seeds 1-6 it ends 0.2
-# points behind one worker, BENCHMARKS.md), masgd 91.5-93.4% in six runs on
-# a quiet machine and six beside two busy loops (4.6 at most). BENCHMARKS.md
-# has the gaps over seeds and why masgd's stays open.
+# points behind one worker, BENCHMARKS.md). masgd (the mean delta, momentum
+# 0.5, x3), against one worker's 94.3%: 93.5-94.3% in six
+# runs on a quiet machine, 92.7-95.2% in six beside two busy loops (1.6 at
+# most; with the delayed update it was 91.5-93.4%, 4.6 behind).
 # syncgrad's one run moves by a point with the rounding of its sum: when its
 # count began to ride in the sum (the same math, other rounding) the first four
 # epochs stayed identical to the digit and the 30th went from 94.7% to 93.6%,
 # its last five epochs swinging 93.6-95.4%; it gets the 3 points that timing
 # gives the server algorithms.
 MAX_GAP = {"bsp": 0.02, "sod": 0.02, "syncgrad": 0.03, "bmuf": 0.02, "easgd": 0.03,
-           "asgd": 0.04, "masgd": 0.05}
+           "asgd": 0.04, "masgd": 0.03}
 # The server algorithms' results depend on timing: each is the median of
 # three runs, so it takes two unlucky runs of three to fail the suite (single runs came
 # within 0.4 points of easgd's and masgd's floors) and a regression still

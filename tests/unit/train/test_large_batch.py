@@ -60,22 +60,32 @@ def test_trainer_defaults_by_number_of_workers():
     assert algorithm_options(asgd, 4) == {"staleness_compensation": "dc", "alpha": 0.25}
     assert default_lr(asgd) == pytest.approx(0.002)
     masgd = make_config(algo="masgd")
+    assert algorithm_options(masgd, 1) == {"staleness_compensation": "none"}
     assert algorithm_options(masgd, 3) == {"staleness_compensation": "dc"}
-    assert algorithm_options(masgd, 4) == {"staleness_compensation": "dc", "delayed": True}
-    assert algorithm_options(make_config(algo="masgd", masgd_delayed_nesterov=False), 8) == {
-        "staleness_compensation": "dc", "delayed": False}
 
 
-def test_masgd_blocks_follow_its_update():
-    """32 minibatches for the momentum on every delta, 4 for the delayed one."""
-    from psgd.train.defaults import default_sync_period
+def test_masgd_adds_the_mean_delta_with_momentum_one_half_from_4_workers():
+    from psgd.train.defaults import default_sync_period, lr_rule_name, warmup_epochs
     masgd = make_config(algo="masgd")
-    assert [default_sync_period(masgd, n) // masgd.minibatch_size for n in (2, 3, 4, 8)] == [
-        32, 32, 4, 4]
-    assert default_sync_period(make_config(algo="masgd", masgd_delayed_nesterov=True), 2) == \
-        4 * masgd.minibatch_size
-    assert default_sync_period(make_config(algo="masgd", masgd_delayed_nesterov=False), 8) == \
-        32 * masgd.minibatch_size
+    mean = {"staleness_compensation": "dc", "momentum": 0.5}
+    assert algorithm_options_of(masgd, 4) == dict(mean, alpha=pytest.approx(0.5 / 4))
+    assert algorithm_options_of(masgd, 8) == dict(mean, alpha=pytest.approx(0.5 / 8))
+    # the user's momentum sets the gain: (1 - m) / N
+    given = algorithm_options_of(make_config(algo="masgd", masgd_momentum=0.9), 4)
+    assert given == dict(mean, momentum=0.9, alpha=pytest.approx(0.1 / 4))
+    assert algorithm_options_of(make_config(algo="masgd", alpha=0.3), 4)["alpha"] == 0.3
+    # the delayed update, asked for, keeps its own gain, the sum's rate and blocks
+    delayed = make_config(algo="masgd", masgd_delayed_nesterov=True)
+    assert algorithm_options_of(delayed, 8) == {"staleness_compensation": "dc", "delayed": True}
+    assert lr_scale(delayed, 8) == 1.0
+    assert [lr_scale(masgd, n) for n in (1, 3, 4, 5, 6, 8)] == pytest.approx(
+        [1.0, 1.0, 3.0, 5 / math.sqrt(2), 6 / math.sqrt(2), 8 / math.sqrt(2)])
+    assert lr_scale(make_config(algo="masgd", lr_scaling=False), 8) == 1.0
+    assert lr_rule_name(masgd) == "masgd 3x, then N/sqrt(2)"
+    assert warmup_epochs(masgd) == 0
+    blocks = [default_sync_period(masgd, n) // masgd.minibatch_size for n in (1, 2, 3, 4, 8)]
+    assert blocks == [32, 32, 32, 4, 4]
+    assert default_sync_period(delayed, 2) == 4 * masgd.minibatch_size
 
 
 def algorithm_options_of(args, n):
