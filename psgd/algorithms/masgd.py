@@ -156,4 +156,9 @@ class Masgd(Asgd):
                              "nothing without delayed=true")
         if options.get("alpha") is None:
             options["alpha"] = cls.unit_gain_alpha(options, cls.workers(size, servers))
-        return super().resolve_options(options, size, servers)
+        resolved = super().resolve_options(options, size, servers)
+        if not resolved["delayed"]:
+            # the delayed update's alone: a resume on another N would report
+            # its default (N) as changed where it does nothing
+            resolved["delay_period"] = None
+        return resolved

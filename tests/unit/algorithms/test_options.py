@@ -23,6 +23,12 @@ def test_defaults_follow_the_contract():
     assert resolve("syncgrad") == COMPRESSION
 
 
+
+def test_masgd_has_a_delay_period_only_under_the_delayed_update():
+    assert resolve("masgd", size=5)["delay_period"] is None
+    assert resolve("masgd", size=5, delayed=True)["delay_period"] == 4
+    assert resolve("masgd", size=5, delayed=True, delay_period=2)["delay_period"] == 2
+
 @pytest.mark.parametrize("name,options,match", [
     ("bmuf", {"block_momentum": 1.0}, "block_momentum"),
     ("bmuf", {"block_momentum": -0.1}, "block_momentum"),
