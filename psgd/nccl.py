@@ -17,6 +17,8 @@ insists (a one-line error on every rank naming the ranks without it);
 mpi never takes it. The server algorithms stay on MPI (point-to-point).
 """
 
+import importlib
+
 import numpy as np
 from mpi4py import MPI
 
@@ -26,6 +28,9 @@ from .errors import UsageError
 
 SETTINGS = ("auto", "mpi", "nccl")
 ENV = "PSGD_EXCHANGE"
+UNIQUE_ID_BYTES = 128  # NCCL_UNIQUE_ID_BYTES
+REASON_BYTES = 200     # rank 0's NCCL error, told to the other ranks
+BUS_ID_BYTES = 64      # a PCI bus id, "0000:19:00.0", with room to spare
 _state = {"setting": None, "chosen": None}    # chosen: the last decision's log line
 
 
@@ -59,7 +64,10 @@ def nccl_module():
     """(cupy.cuda.nccl, None), or (None, why it is not usable here)."""
     try:
         cupy = cupy_module()
-        nccl = cupy.cuda.nccl
+        # A submodule CuPy does not import by itself: cupy.cuda.nccl is
+        # missing until imported (seen with CuPy 14 on an H200).
+        nccl = getattr(cupy.cuda, "nccl", None) or \
+            importlib.import_module(cupy.__name__ + ".cuda.nccl")
         if getattr(nccl, "available", True) is False:
             return None, "CuPy was built without NCCL"
         return nccl, None
@@ -92,17 +100,39 @@ def choose(comm, buffer, kind, algorithm, server_based):
                                                (2, "keep the model on the host"))
                 if (codes == k).any()))
         return None
-    communicator = join(comm, nccl)
+    shared = ranks_sharing_a_gpu(comm)
+    if shared:
+        _state["chosen"] = None
+        if kind == "nccl":
+            raise UsageError("exchange nccl: NCCL needs a GPU of its own for each rank, and "
+                             "%s share one (--gpu-ids; or --exchange auto, which sums "
+                             "through MPI then)" % mpi.describe_ranks(mpi.host_names(comm),
+                                                                      shared))
+        return None
+    communicator, why = join(comm, nccl)
     if communicator is None:
         _state["chosen"] = None
         if kind == "nccl":
             raise UsageError("exchange nccl: rank 0 could not make an NCCL unique id "
-                             "(ncclGetUniqueId failed)")
+                             "(ncclGetUniqueId failed: %s)" % why)
         return None
     _state["chosen"] = "exchange: NCCL %s sums the collective algorithms' buffers on the " \
                        "device (%s)" % (_version(nccl), "forced by --exchange nccl"
                                         if kind == "nccl" else "every rank has a GPU and NCCL")
     return communicator
+
+
+def ranks_sharing_a_gpu(comm):
+    """The ranks whose current GPU another rank of the same host uses too:
+    NCCL refuses such a communicator ("Duplicate GPU detected", on every
+    rank), and more ranks than GPUs is a set-up psgd allows. Collective."""
+    mine = np.zeros(BUS_ID_BYTES, dtype=np.uint8)
+    bus = str(cupy_module().cuda.Device().pci_bus_id).encode()[:BUS_ID_BYTES]
+    mine[:len(bus)] = np.frombuffer(bus, dtype=np.uint8)
+    table = np.empty((comm.Get_size(), BUS_ID_BYTES), dtype=np.uint8)
+    comm.Allgather([mine, MPI.BYTE], [table, MPI.BYTE])
+    gpus = [(host, bytes(row)) for host, row in zip(mpi.host_names(comm), table)]
+    return [r for r, gpu in enumerate(gpus) if gpus.count(gpu) > 1]
 
 
 def _version(nccl):
@@ -114,25 +144,31 @@ def _version(nccl):
 
 
 def join(comm, nccl):
-    """One NCCL communicator over the ranks of `comm`, on the current device:
-    rank 0's unique id reaches the others through one MPI broadcast. None on
-    every rank when rank 0 cannot make the id (the others would otherwise
-    wait in NCCL's set-up for ever)."""
-    uid = np.zeros(128, dtype=np.int64)
-    size = np.zeros(1, dtype=np.int64)
+    """(one NCCL communicator over the ranks of `comm` on the current
+    device, None) or, on every rank, (None, why) when rank 0 cannot make the
+    unique id (the others would otherwise wait in NCCL's set-up for ever).
+    Rank 0's id, or its reason, reaches the others through MPI broadcasts."""
+    uid = np.zeros(UNIQUE_ID_BYTES, dtype=np.int8)
+    size = np.zeros(2, dtype=np.int64)      # the id's length (0: failed), 1 if it is bytes
+    why = np.zeros(REASON_BYTES, dtype=np.uint8)
     if comm.Get_rank() == mpi.MAIN_RANK:
         try:
-            made = np.asarray(nccl.get_unique_id(), dtype=np.int64).ravel()[:uid.size]
-            uid[:made.size] = made
-            size[0] = made.size
-        except Exception:   # NCCL's own error (no network interface, no device): size 0
-            size[0] = 0
+            made = nccl.get_unique_id()     # bytes from CuPy 14, a tuple of ints before
+            as_bytes = isinstance(made, (bytes, bytearray))
+            made = np.frombuffer(made, np.int8) if as_bytes else np.asarray(made, np.int8)
+            uid[:made.size] = made[:UNIQUE_ID_BYTES]
+            size[:] = min(made.size, UNIQUE_ID_BYTES), as_bytes
+        except Exception as exc:   # NCCL's own error (no network interface, no device)
+            text = ("%s: %s" % (type(exc).__name__, " ".join(str(exc).split()))).encode()
+            why[:min(len(text), REASON_BYTES)] = np.frombuffer(text[:REASON_BYTES], np.uint8)
     comm.Bcast([size, MPI.INT64_T], root=mpi.MAIN_RANK)
     if size[0] == 0:
-        return None
-    comm.Bcast([uid, MPI.INT64_T], root=mpi.MAIN_RANK)
-    return nccl.NcclCommunicator(comm.Get_size(), tuple(int(v) for v in uid[:size[0]]),
-                                 comm.Get_rank())
+        comm.Bcast([why, MPI.BYTE], root=mpi.MAIN_RANK)
+        return None, bytes(why).rstrip(b"\0").decode(errors="replace")
+    comm.Bcast([uid, MPI.BYTE], root=mpi.MAIN_RANK)
+    uid = uid[:size[0]]
+    return nccl.NcclCommunicator(comm.Get_size(), uid.tobytes() if size[1] else
+                                 tuple(int(v) for v in uid), comm.Get_rank()), None
 
 
 class NcclExchange:
@@ -145,7 +181,7 @@ class NcclExchange:
         self.comm = comm
         self.buffer = buffer
         self.nccl = communicator      # NCCL's (not mpi4py's) allReduce and bcast
-        self._lib = cupy_module().cuda.nccl
+        self._lib = nccl_module()[0]
         self._type = {np.dtype(np.float32): self._lib.NCCL_FLOAT32,
                       np.dtype(np.float64): self._lib.NCCL_FLOAT64}[np.dtype(buffer.dtype)]
 

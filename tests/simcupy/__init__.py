@@ -17,7 +17,7 @@ import numpy as _np
 from . import cupyx as _cupyx
 from . import device as _device
 from .array import Device, launch, ndarray
-from .device import set_mpi  # noqa: F401
+from .device import set_mpi, share_gpus  # noqa: F401
 from .kernel import CompileException, ElementwiseKernel
 
 __version__ = "0.sim"
@@ -150,11 +150,13 @@ def install(device_count=_device.DEVICE_COUNT, toolkit=True, nccl=False):
     from psgd import backend
     _device.reset(device_count)
     _device._state.toolkit = toolkit
+    # As in CuPy 14, cupy.cuda.nccl is there only once imported by its name.
+    cuda.__dict__.pop("nccl", None)
     if nccl:
         from . import nccl as _nccl
-        cuda.nccl = _nccl
+        _sys.modules[__name__ + ".cuda.nccl"] = _nccl
     else:
-        cuda.__dict__.pop("nccl", None)
+        _sys.modules.pop(__name__ + ".cuda.nccl", None)
     return backend.use_device_modules(_self, _cupyx)
 
 

@@ -289,6 +289,10 @@ class Device:
     def synchronize(self):
         device.synchronize_all(self.id)
 
+    @property
+    def pci_bus_id(self):
+        return device.pci_bus_id(self.id)
+
     def __enter__(self):
         device._state.device_stack.append(device.current_device())
         device.use_device(self.id)

@@ -25,6 +25,7 @@ CUDA-aware (`set_mpi`): a host-only MPI given a device pointer fails at the
 call, where a real one would crash or send garbage.
 """
 import collections
+import os
 
 import numpy as np
 
@@ -121,6 +122,7 @@ class _State:
         self.mpi_cuda_aware = False
         self.toolkit = True       # CUDA headers present: kernels compile
         self.allocated = 0        # device arrays made (a per-sync allocation shows)
+        self.shared_gpus = False  # share_gpus(): every process of a host on the same GPUs
 
     def here(self):
         return self.on(self.device)
@@ -146,6 +148,17 @@ reset()
 
 def get_current_stream():
     return _state.here().current
+
+
+def pci_bus_id(device_id):
+    """Each process's simulated GPUs are its own, unless share_gpus() made
+    the processes of a host see the same ones (more ranks than GPUs)."""
+    owner = "shared" if _state.shared_gpus else os.getpid()
+    return "sim-%s:%02x:00.0" % (owner, device_id)
+
+
+def share_gpus(shared=True):
+    _state.shared_gpus = shared
 
 
 def current_device():

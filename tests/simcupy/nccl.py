@@ -30,7 +30,8 @@ def get_version():
 
 
 def get_unique_id():
-    return tuple(int(b) for b in np.random.default_rng().integers(-128, 128, 128))
+    """128 bytes, as CuPy 14 gives them (older CuPy: a tuple of 128 ints)."""
+    return np.random.default_rng().integers(-128, 128, 128).astype(np.int8).tobytes()
 
 
 def _array(pointer, count, datatype):
@@ -40,17 +41,25 @@ def _array(pointer, count, datatype):
     return np.frombuffer(raw, dtype=dtype)
 
 
+class NcclError(RuntimeError):
+    pass
+
+
 class NcclCommunicator:
     def __init__(self, ndev, commId, rank):
-        if len(commId) != 128:
-            raise ValueError("simcupy nccl: a unique id has 128 entries, got %d" % len(commId))
+        if not isinstance(commId, bytes) or len(commId) != 128:
+            raise ValueError("simcupy nccl: a unique id is 128 bytes, got %r" % (commId,))
         self.device = device.current_device()
         self.rank, self.ndev = rank, ndev
-        color = zlib.crc32(np.asarray(commId, dtype=np.int8).tobytes()) & 0x7FFFFFFF
+        color = zlib.crc32(commId) & 0x7FFFFFFF
         self.comm = MPI.COMM_WORLD.Split(color, key=rank)
         if self.comm.Get_size() != ndev or self.comm.Get_rank() != rank:
             raise RuntimeError("simcupy nccl: ranks disagree on the communicator (ndev %d, "
                                "rank %d; %d joined)" % (ndev, rank, self.comm.Get_size()))
+        gpus = self.comm.allgather((MPI.Get_processor_name(), device.pci_bus_id(self.device)))
+        if len(set(gpus)) < len(gpus):          # NCCL's own check, on every rank
+            self.comm.Free()
+            raise NcclError("ncclInvalidUsage: Duplicate GPU detected")
         self.calls = 0
 
     def device_id(self):

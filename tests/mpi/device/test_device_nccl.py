@@ -118,6 +118,26 @@ def test_training_takes_nccl_and_says_so(comm, sim, capsys):
 
 
 
+def test_ranks_that_share_a_gpu_sum_through_mpi(comm, sim):
+    """More ranks than GPUs: NCCL refuses a communicator with two ranks on
+    one GPU (on every rank), so auto takes MPI and nccl names the ranks."""
+    sim.share_gpus()
+    sim.set_mpi(cuda_aware=False)
+    sim.cuda.Device(comm.rank % 2).use()                 # 2 GPUs, ranks by local rank
+    sharing = [r for r in range(comm.size) if comm.size > 2 and r % 2 == 0 or comm.size > 3]
+    sync = psgd.create("bsp", [sim.zeros(3)], comm=comm)
+    assert isinstance(sync.exchange, nccl.NcclExchange) == (not sharing)
+    sync.params[0][...] = comm.rank + 1.0
+    sync.synchronize(1)
+    np.testing.assert_allclose(sync.params[0].get(), (comm.size + 1) / 2.0)
+    sync.stop(0)
+    if sharing:
+        with pytest.raises(UsageError, match=r"NCCL needs a GPU of its own for each rank, and "
+                                             r"ranks %s \(host .*\) share one" %
+                                             ", ".join(map(str, sharing))):
+            psgd.create("bsp", [sim.zeros(3)], comm=comm, exchange="nccl")
+
+
 def test_reset_to_broadcasts_through_nccl(comm, sim):
     sync = psgd.create("bmuf", [sim.zeros(4)], comm=comm)
     assert isinstance(sync.exchange, nccl.NcclExchange)
@@ -129,11 +149,13 @@ def test_reset_to_broadcasts_through_nccl(comm, sim):
 
 def test_a_unique_id_that_cannot_be_made_leaves_no_rank_waiting(comm, sim, monkeypatch):
     def broken():
-        raise RuntimeError("NCCL_ERROR_SYSTEM_ERROR")
+        raise RuntimeError("NCCL_ERROR_SYSTEM_ERROR: no socket interface found")
     if comm.rank == 0:
-        monkeypatch.setattr(sim.cuda.nccl, "get_unique_id", broken)
+        monkeypatch.setattr(sim.nccl, "get_unique_id", broken)      # cupy.cuda.nccl
     sync = psgd.create("bsp", [sim.zeros(3)], comm=comm)          # auto: MPI then
     assert not isinstance(sync.exchange, nccl.NcclExchange)
     sync.stop(0)
-    with pytest.raises(UsageError, match="rank 0 could not make an NCCL unique id"):
+    with pytest.raises(UsageError, match=r"rank 0 could not make an NCCL unique id "
+                                         r"\(ncclGetUniqueId failed: RuntimeError: "
+                                         r"NCCL_ERROR_SYSTEM_ERROR: no socket interface found\)"):
         psgd.create("bsp", [sim.zeros(3)], comm=comm, exchange="nccl")
