@@ -7,7 +7,10 @@ from psgd import mpi
 
 pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.timeout(300)]
 
-SMALL = dict(model="mlp", hidden="16", num_samples=400, epochs=1, quiet=True,
+# No dropout: a GPU draws its masks from CuPy's generator, not NumPy's, so
+# with dropout the two runs differ by more than rounding (1.5% in train loss
+# on an H200).
+SMALL = dict(model="mlp", hidden="16", dropout=0.0, num_samples=400, epochs=1, quiet=True,
              stall_timeout=120.0, backend="cupy")
 
 
