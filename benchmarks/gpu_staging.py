@@ -41,6 +41,7 @@ def child(argv):
     from psgd import mpi
     from psgd.backend import get_backend
     from psgd.buffers import FlatBuffer
+    from psgd.errors import UsageError
     p = common.child_args()
     p.add_argument("--sizes", required=True)
     args = p.parse_args(argv)
@@ -48,7 +49,7 @@ def child(argv):
     backend = get_backend("cupy", mpi.Node(comm).local_rank)
     cupy = backend.xp
     from psgd.nccl import nccl_module
-    nccl_lib = nccl_module()[0]
+    nccl_lib, nccl_why = nccl_module()
     stream = cupy.cuda.get_current_stream()
     rows = []
 
@@ -73,9 +74,14 @@ def child(argv):
                            exchange="mpi")
         ops["bsp_sync"] = on_device(lambda: sync.synchronize(32))
         syncs = [sync]
+        by_nccl = None
         if nccl_lib is not None:
-            by_nccl = psgd.create("bsp", [cupy.full(size, 1.0, dtype=cupy.float32)],
-                                  comm=comm, exchange="nccl")
+            try:                      # refused on every rank alike (ranks sharing a GPU)
+                by_nccl = psgd.create("bsp", [cupy.full(size, 1.0, dtype=cupy.float32)],
+                                      comm=comm, exchange="nccl")
+            except UsageError as exc:
+                nccl_why = str(exc)
+        if by_nccl is not None:
             syncs.append(by_nccl)
             bare = by_nccl.exchange.nccl          # the same communicator, bare
             data = cupy.full(size, 1.0, dtype=cupy.float32)
@@ -106,10 +112,14 @@ def child(argv):
     if comm.rank == 0:
         import json
         with open(args.out, "w") as f:
-            json.dump({"np": comm.size, "cuda_aware": mpi.cuda_aware(), "rows": rows}, f)
+            json.dump({"np": comm.size, "cuda_aware": mpi.cuda_aware(), "rows": rows,
+                   "no_nccl": nccl_why}, f)
 
 
-def run(quick=False, np_=2):
+def run(quick=False):
+    """np 1 (the copies at full link speed; NCCL on one rank) and np 2 (a
+    real exchange; on a one-GPU machine both ranks share the GPU and its
+    link, and NCCL refuses them)."""
     ok, what = gpu_available()
     if not ok:
         return common.Section(
@@ -119,13 +129,18 @@ def run(quick=False, np_=2):
             ["GPU staging: skipped (%s)" % what], None)
     sizes = [10 ** 6, 10 ** 7] if quick else [10 ** 6, 10 ** 7, 10 ** 8]
     out = common.result_path("gpu_staging.json")
-    data = common.run_child("gpu_staging.py", np_, out,
-                            ["--sizes", ",".join(map(str, sizes))] +
-                            (["--quick"] if quick else []),
-                            env={"PSGD_BACKEND": "cupy", "PSGD_CUDA_AWARE": "0"}, timeout=1800)
-    data["device"] = what
-    common.save_json("gpu_staging_summary.json", data)
-    return report(data)
+    runs = []
+    for np_ in (1, 2):
+        data = common.run_child("gpu_staging.py", np_, out,
+                                ["--sizes", ",".join(map(str, sizes))] +
+                                (["--quick"] if quick else []),
+                                env={"PSGD_BACKEND": "cupy", "PSGD_CUDA_AWARE": "0"},
+                                timeout=1800)
+        data["device"] = what
+        runs.append(data)
+    summary = {"runs": runs, "machine": common.machine_info()}
+    common.save_json("gpu_staging_summary.json", summary)
+    return report(summary)
 
 
 def rerender():
@@ -134,30 +149,44 @@ def rerender():
     return report(common.load_json("gpu_staging_summary.json"))
 
 
-def report(data):
+def table(data):
     rows = []
     for r in data["rows"]:
         m = r["median"]
+        nccl = r.get("nccl_ratio")
         rows.append([common.fmt_size(r["size"]), common.fmt_bytes(4 * r["size"]),
                      common.fmt_time(m["host_allreduce"]),
                      "%s (%.1f GB/s)" % (common.fmt_time(m["d2h"]), r["d2h_gbps"]),
                      "%s (%.1f GB/s)" % (common.fmt_time(m["h2d"]), r["h2d_gbps"]),
                      common.fmt_time(m["staged"]), "%.3fx" % r["ratio"],
                      common.fmt_time(m["bsp_sync"]), "%.3fx" % r["bsp_ratio"],
-                     common.fmt_time(m["nccl_bare"]) if r.get("nccl_ratio") else "-",
-                     "%.3fx" % r["nccl_ratio"] if r.get("nccl_ratio") else "no NCCL"])
-    md = ["%s, np %d, staged path forced (PSGD_CUDA_AWARE=0). Ratios divide by the sum of "
-          "the parts measured alone (host Allreduce + D2H + H2D)." % (
-              data.get("device", "GPU"), data["np"]), "",
+                     common.fmt_time(m["nccl_bare"]) if nccl else "-",
+                     common.fmt_time(m["nccl_sync"]) if nccl else "-"])
+    md = ["**np %d**, %s, staged path forced (PSGD_CUDA_AWARE=0)." % (
+              data["np"], data.get("device", "GPU")), "",
           common.table(["parameters", "bytes", "host Allreduce", "D2H (pinned)",
                         "H2D (pinned)", "staged Allreduce", "staged / parts",
                         "bsp sync", "bsp / parts", "bare NCCL allreduce",
-                        "bsp NCCL sync / bare"], rows)]
-    worst = max(r["ratio"] for r in data["rows"])
+                        "bsp sync through NCCL"], rows)]
+    if data.get("no_nccl"):
+        md += ["", "No NCCL figures: %s." % data["no_nccl"]]
+    return md
+
+
+def report(summary):
+    runs = summary["runs"]
+    md = ["Ratios divide by the sum of the parts measured alone in the same job (host "
+          "Allreduce + D2H + H2D); each figure is the median of interleaved repetitions. "
+          "At np 1 the copies run at the link's full speed and NCCL has nothing to move, so "
+          "its column shows what a bsp sync through NCCL adds by itself (the scale pass, "
+          "the count). At np 2 on a machine with one GPU the two ranks share the GPU and "
+          "its link."]
+    if summary.get("machine"):
+        md += ["", "Measured on: " + "; ".join("%s %s" % kv for kv in summary["machine"].items())
+               + "."]
+    for data in runs:
+        md += [""] + table(data)
+    worst = max(r["ratio"] for data in runs for r in data["rows"])
     return common.Section("GPU staging", "\n".join(md),
                           ["GPU staged Allreduce / (host Allreduce + 2 copies): worst %.3fx"
-                           % worst], data)
-
-
-if __name__ == "__main__":
-    common.script_main(run, child)
+                           % worst], summary)
