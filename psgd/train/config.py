@@ -164,7 +164,7 @@ def resolve(args, size):
                   work_shares=work_shares(args, algorithm, options)),
         Optimizer: dict(lr=base * scale, lr_scale=scale, lr_rule=lr_rule_name(args),
                         warmup_epochs=warmup_epochs(args)),
-        Schedule: dict(lr_schedule=args.lr_schedule or "constant"),
+        Schedule: dict(lr_schedule=args.lr_schedule or "anneal"),
         Algorithm: dict(sync_period=args.sync_period or default_sync_period(args, workers),
                         options=types.MappingProxyType(options)),
     }

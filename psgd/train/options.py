@@ -78,8 +78,8 @@ def build_parser(prog="psgd-train"):
     g.add_argument("--weight-decay", type=finite_float, default=0.0, help="L2 penalty")
     g.add_argument("--clip", type=finite_float, default=0.0, help="gradient-norm clipping (0: off)")
     g.add_argument("--lr-schedule", choices=SCHEDULES, default=None,
-                   help="default constant; anneal: the rate holds for a third of the epochs, "
-                        "then falls along a half cosine to a tenth")
+                   help="default anneal: the rate holds for the first half of the epochs, "
+                        "then falls along a half cosine to 0.3 of itself; constant keeps it")
     g.add_argument("--lr-decay", type=finite_float, default=0.9, help="exponential: factor per epoch")
     g.add_argument("--newbob-start", type=finite_float, default=0.01,
                    help="newbob: start halving when the relative held-out loss gain is below this")

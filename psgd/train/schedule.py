@@ -1,11 +1,13 @@
 """Learning-rate schedules: constant, exponential, anneal, and Kaldi's newbob.
 
-anneal: the rate holds for the first third of the epochs (ANNEAL_FROM), then
-falls along a half cosine to ANNEAL_FLOOR times itself by the last epoch. Adam at a
-constant rate spikes near convergence (its second moment shrinks, so its
-normalized step stays at the rate while the gradients it meets grow again);
-a rate that falls once the model is close stops that (not a default: under
-asgd's mean delta it only slowed learning, benchmarks/FINDINGS.md).
+anneal (the trainer's default): the rate holds for the first half of the
+epochs (ANNEAL_FROM), then falls along a half cosine to ANNEAL_FLOOR times
+itself by the last epoch. Adam at a constant rate spikes near convergence
+(its second moment shrinks, so its normalized step stays at the rate while
+the gradients it meets grow again); a rate that falls once the model is
+close stops that. Held to the middle and to 0.3x, not a third and 0.1x: the
+earlier and deeper fall slowed the server algorithms while their stale
+deltas were still large (benchmarks/FINDINGS.md).
 
 newbob (steps/nnet/train_scheduler.sh): keep the rate while the relative
 held-out loss improvement is at least `start`; once it falls below, halve
@@ -18,8 +20,8 @@ import math
 from ..errors import UsageError
 
 KINDS = ("constant", "exponential", "anneal", "newbob")
-ANNEAL_FROM = 1.0 / 3.0
-ANNEAL_FLOOR = 0.1
+ANNEAL_FROM = 0.5
+ANNEAL_FLOOR = 0.3
 
 
 class Schedule:
@@ -69,10 +71,10 @@ class Schedule:
 
     def describe(self, epochs):
         """What the start-up line adds to the rate: the anneal, else nothing."""
-        if self.kind != "anneal":
+        lowered = [e for e in range(epochs) if self.fraction(e, epochs) < 1.0]
+        if not lowered:             # too few epochs for the anneal to begin
             return ""
-        return ", annealed to x%g over epochs %d-%d" % (
-            ANNEAL_FLOOR, math.ceil(ANNEAL_FROM * epochs) + 1, epochs)
+        return ", annealed to x%g over epochs %d-%d" % (ANNEAL_FLOOR, lowered[0] + 1, epochs)
 
     def state(self):
         return {"lr": self.lr, "halving": self.halving, "done": self.done,

@@ -7,6 +7,7 @@ import re
 import pytest
 
 from launch_util import assert_clean_failure, psgd_train
+from psgd.train.schedule import Schedule
 
 # what it checks (accuracy, numerics, files) does not depend on the MPI library
 pytestmark = [pytest.mark.timeout(300), pytest.mark.one_mpi]
@@ -39,7 +40,9 @@ def test_the_large_batch_rate_warms_up_and_can_be_turned_off(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "adam lr 0.004 beta1 0.9 (linear to 3x, then square-root rule: x2.00 for 2 workers" in r.stdout
     k = 2.0
-    expected = [0.002 * (1 + (k - 1) * min(1, e / 3)) for e in (1, 2, 3)]
+    anneal = Schedule("anneal", 1.0)          # the default schedule, over the warm-up
+    expected = [0.002 * (1 + (k - 1) * min(1, e / 3)) * anneal.fraction(e - 1, 3)
+                for e in (1, 2, 3)]
     assert [row["lr"] for row in rows_of(metrics)] == pytest.approx(expected)
     r = psgd_train(2, "--algo", "bsp", "--epochs", "1", *QUICK, "--metrics", metrics,
                    "--no-lr-scaling")
