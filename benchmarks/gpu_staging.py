@@ -190,3 +190,7 @@ def report(summary):
     return common.Section("GPU staging", "\n".join(md),
                           ["GPU staged Allreduce / (host Allreduce + 2 copies): worst %.3fx"
                            % worst], summary)
+
+
+if __name__ == "__main__":
+    common.script_main(run, child)
