@@ -335,12 +335,18 @@ HOST_NAME_BYTES = 256   # MPI_MAX_PROCESSOR_NAME of both libraries
 
 
 def host_names(comm):
-    """Each rank's host name, by rank. Collective; bytes, not pickles."""
-    mine = np.zeros(HOST_NAME_BYTES, dtype=np.uint8)
-    name = MPI.Get_processor_name().encode()[:HOST_NAME_BYTES]
-    mine[:len(name)] = np.frombuffer(name, dtype=np.uint8)
-    table = np.empty((comm.Get_size(), HOST_NAME_BYTES), dtype=np.uint8)
-    comm.Allgather(mine, table)
+    """Each rank's host name, by rank. Collective."""
+    return allgather_text(comm, MPI.Get_processor_name(), HOST_NAME_BYTES)
+
+
+def allgather_text(comm, text, width):
+    """Each rank's `text` (its first `width` UTF-8 bytes), by rank.
+    Collective; bytes, not pickles."""
+    mine = np.zeros(width, dtype=np.uint8)
+    raw = text.encode()[:width]
+    mine[:len(raw)] = np.frombuffer(raw, dtype=np.uint8)
+    table = np.empty((comm.Get_size(), width), dtype=np.uint8)
+    comm.Allgather([mine, MPI.BYTE], [table, MPI.BYTE])
     return [bytes(row).rstrip(b"\0").decode(errors="replace") for row in table]
 
 

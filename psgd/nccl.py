@@ -22,14 +22,12 @@ import importlib
 import numpy as np
 from mpi4py import MPI
 
-from . import mpi, settings
+from . import agreement, mpi, settings
 from .backend import cupy_module
 from .errors import UsageError
 
 SETTINGS = ("auto", "mpi", "nccl")
 ENV = "PSGD_EXCHANGE"
-UNIQUE_ID_BYTES = 128  # NCCL_UNIQUE_ID_BYTES
-REASON_BYTES = 200     # rank 0's NCCL error, told to the other ranks
 BUS_ID_BYTES = 64      # a PCI bus id, "0000:19:00.0", with room to spare
 _state = {"setting": None, "chosen": None}    # chosen: the last decision's log line
 
@@ -100,14 +98,14 @@ def choose(comm, buffer, kind, algorithm, server_based):
                                                (2, "keep the model on the host"))
                 if (codes == k).any()))
         return None
-    shared = ranks_sharing_a_gpu(comm)
+    names = mpi.host_names(comm)
+    shared = ranks_sharing_a_gpu(comm, names)
     if shared:
         _state["chosen"] = None
         if kind == "nccl":
             raise UsageError("exchange nccl: NCCL needs a GPU of its own for each rank, and "
                              "%s share one (--gpu-ids; or --exchange auto, which sums "
-                             "through MPI then)" % mpi.describe_ranks(mpi.host_names(comm),
-                                                                      shared))
+                             "through MPI then)" % mpi.describe_ranks(names, shared))
         return None
     communicator, why = join(comm, nccl)
     if communicator is None:
@@ -122,16 +120,13 @@ def choose(comm, buffer, kind, algorithm, server_based):
     return communicator
 
 
-def ranks_sharing_a_gpu(comm):
-    """The ranks whose current GPU another rank of the same host uses too:
-    NCCL refuses such a communicator ("Duplicate GPU detected", on every
-    rank), and more ranks than GPUs is a set-up psgd allows. Collective."""
-    mine = np.zeros(BUS_ID_BYTES, dtype=np.uint8)
-    bus = str(cupy_module().cuda.Device().pci_bus_id).encode()[:BUS_ID_BYTES]
-    mine[:len(bus)] = np.frombuffer(bus, dtype=np.uint8)
-    table = np.empty((comm.Get_size(), BUS_ID_BYTES), dtype=np.uint8)
-    comm.Allgather([mine, MPI.BYTE], [table, MPI.BYTE])
-    gpus = [(host, bytes(row)) for host, row in zip(mpi.host_names(comm), table)]
+def ranks_sharing_a_gpu(comm, names):
+    """The ranks whose current GPU another rank of the same host uses too
+    (`names`: mpi.host_names): NCCL refuses such a communicator ("Duplicate
+    GPU detected", on every rank), and more ranks than GPUs is a set-up
+    psgd allows. Collective."""
+    buses = mpi.allgather_text(comm, str(cupy_module().cuda.Device().pci_bus_id), BUS_ID_BYTES)
+    gpus = list(zip(names, buses))
     return [r for r, gpu in enumerate(gpus) if gpus.count(gpu) > 1]
 
 
@@ -147,28 +142,21 @@ def join(comm, nccl):
     """(one NCCL communicator over the ranks of `comm` on the current
     device, None) or, on every rank, (None, why) when rank 0 cannot make the
     unique id (the others would otherwise wait in NCCL's set-up for ever).
-    Rank 0's id, or its reason, reaches the others through MPI broadcasts."""
-    uid = np.zeros(UNIQUE_ID_BYTES, dtype=np.int8)
-    size = np.zeros(2, dtype=np.int64)      # the id's length (0: failed), 1 if it is bytes
-    why = np.zeros(REASON_BYTES, dtype=np.uint8)
+    Rank 0 broadcasts its id, or its reason, behind a one-byte tag."""
+    said = None
     if comm.Get_rank() == mpi.MAIN_RANK:
         try:
             made = nccl.get_unique_id()     # bytes from CuPy 14, a tuple of ints before
-            as_bytes = isinstance(made, (bytes, bytearray))
-            made = np.frombuffer(made, np.int8) if as_bytes else np.asarray(made, np.int8)
-            uid[:made.size] = made[:UNIQUE_ID_BYTES]
-            size[:] = min(made.size, UNIQUE_ID_BYTES), as_bytes
+            said = b"B" + bytes(made) if isinstance(made, (bytes, bytearray)) else \
+                b"T" + np.asarray(made, dtype=np.int8).tobytes()
         except Exception as exc:   # NCCL's own error (no network interface, no device)
-            text = ("%s: %s" % (type(exc).__name__, " ".join(str(exc).split()))).encode()
-            why[:min(len(text), REASON_BYTES)] = np.frombuffer(text[:REASON_BYTES], np.uint8)
-    comm.Bcast([size, MPI.INT64_T], root=mpi.MAIN_RANK)
-    if size[0] == 0:
-        comm.Bcast([why, MPI.BYTE], root=mpi.MAIN_RANK)
-        return None, bytes(why).rstrip(b"\0").decode(errors="replace")
-    comm.Bcast([uid, MPI.BYTE], root=mpi.MAIN_RANK)
-    uid = uid[:size[0]]
-    return nccl.NcclCommunicator(comm.Get_size(), uid.tobytes() if size[1] else
-                                 tuple(int(v) for v in uid), comm.Get_rank()), None
+            said = b"E" + ("%s: %s" % (type(exc).__name__, " ".join(str(exc).split()))).encode()
+    said = agreement.broadcast_bytes(comm, said, mpi.MAIN_RANK)
+    tag, body = said[:1], said[1:]
+    if tag == b"E":
+        return None, body.decode(errors="replace")
+    uid = body if tag == b"B" else tuple(np.frombuffer(body, dtype=np.int8).tolist())
+    return nccl.NcclCommunicator(comm.Get_size(), uid, comm.Get_rank()), None
 
 
 class NcclExchange:

@@ -18,6 +18,7 @@ from .defaults import (default_lr, default_sync_period, lr_rule_name, lr_scale, 
                        work_shares)
 from .options import algorithm_options
 from .roles import server_count
+from .schedule import DEFAULT as DEFAULT_SCHEDULE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,7 +165,7 @@ def resolve(args, size):
                   work_shares=work_shares(args, algorithm, options)),
         Optimizer: dict(lr=base * scale, lr_scale=scale, lr_rule=lr_rule_name(args),
                         warmup_epochs=warmup_epochs(args)),
-        Schedule: dict(lr_schedule=args.lr_schedule or "anneal"),
+        Schedule: dict(lr_schedule=args.lr_schedule or DEFAULT_SCHEDULE),
         Algorithm: dict(sync_period=args.sync_period or default_sync_period(args, workers),
                         options=types.MappingProxyType(options)),
     }

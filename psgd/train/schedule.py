@@ -20,6 +20,7 @@ import math
 from ..errors import UsageError
 
 KINDS = ("constant", "exponential", "anneal", "newbob")
+DEFAULT = "anneal"          # the trainer's, for every algorithm and one worker
 ANNEAL_FROM = 0.5
 ANNEAL_FLOOR = 0.3
 

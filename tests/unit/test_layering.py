@@ -33,6 +33,7 @@ SIDEWAYS = {("psgd.kaldi_io", "psgd.nnet"), ("psgd.kaldi_io", "psgd.data"),
             ("psgd.compression", "psgd.kernels"),
             ("psgd.pieces", "psgd.mpi"), ("psgd.pipeline", "psgd.mpi"),
             ("psgd.nccl", "psgd.mpi"), ("psgd.nccl", "psgd.backend"),
+            ("psgd.nccl", "psgd.agreement"),
             ("psgd", "psgd.algorithms"), ("psgd.torch", "psgd.torch_buckets"),
             ("psgd.torch", "psgd.torch_optimizer")}
 # Allowed although they point down: the data layer needs no MPI, no buffers;
