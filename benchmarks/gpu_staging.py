@@ -99,7 +99,11 @@ def child(argv):
                 times[k].append(common.timed_collective(comm, ops[k]))
         med = {k: common.median(v) for k, v in times.items()}
         parts = med["host_allreduce"] + med["d2h"] + med["h2d"]
-        rows.append({"size": size, "median": med, "parts": parts,
+        # each repetition ran every op once, side by side: its own ratios
+        each_parts = [sum(t) for t in zip(times["host_allreduce"], times["d2h"], times["h2d"])]
+        rows.append({"size": size, "median": med, "parts": parts, "reps": reps,
+                     "ratios": [s / p for s, p in zip(times["staged"], each_parts)],
+                     "bsp_ratios": [s / p for s, p in zip(times["bsp_sync"], each_parts)],
                      "ratio": med["staged"] / parts, "bsp_ratio": med["bsp_sync"] / parts,
                      "nccl_ratio": med["nccl_sync"] / med["nccl_bare"] if "nccl_bare" in med
                      else None,
@@ -149,6 +153,13 @@ def rerender():
     return report(common.load_json("gpu_staging_summary.json"))
 
 
+def ratio(row, name):
+    """The ratio of the medians, then the range of the repetitions' own
+    ratios where the run kept them."""
+    each = row.get(name + "s")
+    return "%.3fx" % row[name] + (" [%.2f-%.2f]" % (min(each), max(each)) if each else "")
+
+
 def table(data):
     rows = []
     for r in data["rows"]:
@@ -158,8 +169,8 @@ def table(data):
                      common.fmt_time(m["host_allreduce"]),
                      "%s (%.1f GB/s)" % (common.fmt_time(m["d2h"]), r["d2h_gbps"]),
                      "%s (%.1f GB/s)" % (common.fmt_time(m["h2d"]), r["h2d_gbps"]),
-                     common.fmt_time(m["staged"]), "%.3fx" % r["ratio"],
-                     common.fmt_time(m["bsp_sync"]), "%.3fx" % r["bsp_ratio"],
+                     common.fmt_time(m["staged"]), ratio(r, "ratio"),
+                     common.fmt_time(m["bsp_sync"]), ratio(r, "bsp_ratio"),
                      common.fmt_time(m["nccl_bare"]) if nccl else "-",
                      common.fmt_time(m["nccl_sync"]) if nccl else "-"])
     md = ["**np %d**, %s, staged path forced (PSGD_CUDA_AWARE=0)." % (
@@ -176,7 +187,8 @@ def table(data):
 def report(summary):
     runs = summary["runs"]
     md = ["Ratios divide by the sum of the parts measured alone in the same job (host "
-          "Allreduce + D2H + H2D); each figure is the median of interleaved repetitions. "
+          "Allreduce + D2H + H2D); each figure is the median of interleaved repetitions, "
+          "[the range of the repetitions' own ratios] where the run kept them. "
           "At np 1 the copies run at the link's full speed and NCCL has nothing to move, so "
           "its column shows what a bsp sync through NCCL adds by itself (the scale pass, "
           "the count). At np 2 on a machine with one GPU the two ranks share the GPU and "
