@@ -27,12 +27,23 @@ def test_warmup_ramps_from_above_the_one_worker_rate_to_the_scaled_rate():
     assert large_batch.warmup_factor(0, k, 0) == 1.0
 
 
-@pytest.mark.parametrize("algo,k", [("bsp", 3.0), ("sod", 2.0), ("easgd", 3.0),
+@pytest.mark.parametrize("algo,k", [("bsp", 3.0), ("sod", 2.0), ("easgd", 4.0),
                                     ("syncgrad", 3.0), ("asgd", 3.0)])
 def test_which_algorithms_scale_and_the_flag_that_turns_it_off(algo, k):
     assert lr_scale(make_config(algo=algo), 4) == k
     assert lr_scale(make_config(algo=algo, lr_scaling=False), 4) == 1.0
     assert lr_scale(make_config(algo=algo), 1) == 1.0
+
+
+def test_easgd_takes_the_linear_rule_with_every_optimizer():
+    from psgd.train.defaults import lr_rule_name, warmup_epochs
+    for optimizer in ("adam", "rmsprop", "momentum"):
+        easgd = make_config(algo="easgd", optimizer=optimizer)
+        assert [lr_scale(easgd, n) for n in (1, 2, 3, 4, 6, 8)] == [1, 2, 3, 4, 6, 8]
+        assert lr_rule_name(easgd) == "linear"
+        assert warmup_epochs(easgd) == 2
+    # bsp keeps its linear start to 3x
+    assert lr_scale(make_config(algo="bsp"), 8) == 3.0
 
 
 def test_trainer_defaults_by_number_of_workers():
