@@ -100,8 +100,12 @@ def masgd_lr_factor(num_workers, delayed=None):
 
 # bmuf: eta = min(1 - 1/N, 0.5), where CNTK's 1 - 1/N (the block step N times
 # the mean delta) overshoots as N grows; from BMUF_RATE_FROM workers the
-# local rate x max(2, N / 4) makes up the smaller block step.
-BMUF_RATE_FROM = 5
+# local rate x max(2, N / 4) makes up the smaller block step. At 4 workers
+# the one-worker rate ended 1.0 behind one worker (seeds 1-6, falls up to 3.4
+# points), x2 0.2 behind (falls 2.7); block momentum 0.3 with x2 or x1.5 did
+# no better at 4, and at 5-7 workers lost 0.6-0.8 points against eta 0.5
+# (benchmarks/FINDINGS.md, "bmuf's rate from 4 workers").
+BMUF_RATE_FROM = 4
 
 
 def BMUF_MOMENTUM(N):

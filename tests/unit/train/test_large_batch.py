@@ -57,8 +57,8 @@ def test_trainer_defaults_by_number_of_workers():
     assert algorithm_options(make_config(algo="bmuf"), 1) == {"block_momentum": 0.0, **keep}
     assert algorithm_options(make_config(algo="bmuf"), 5) == {"block_momentum": 0.5, **keep}
     assert algorithm_options(make_config(algo="bmuf"), 8) == {"block_momentum": 0.5, **keep}
-    assert [lr_scale(make_config(algo="bmuf"), n) for n in (4, 5, 7, 8, 12)] == [
-        1.0, 2.0, 2.0, 2.0, 3.0]
+    assert [lr_scale(make_config(algo="bmuf"), n) for n in (3, 4, 5, 7, 8, 12)] == [
+        1.0, 2.0, 2.0, 2.0, 2.0, 3.0]
     assert warmup_epochs(make_config(algo="bmuf")) == 0
     assert [algorithm_options(make_config(algo="sod"), n)["outer_lr"] for n in (1, 2, 4, 8)] == [
         pytest.approx(0.175), pytest.approx(0.35), 0.7, 0.7]
