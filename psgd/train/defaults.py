@@ -178,9 +178,8 @@ def lr_scale(args, num_workers):
         return bmuf_lr_factor(num_workers)
     if args.algo not in LR_SCALED:
         return 1.0
-    if args.algo in LINEAR:
-        return float(max(num_workers, 1))
-    return scale_factor(args.optimizer, num_workers, args.algo in LINEAR_START)
+    return scale_factor(args.optimizer, num_workers, args.algo in LINEAR_START,
+                        args.algo in LINEAR)
 
 
 def lr_rule_name(args):
@@ -190,9 +189,7 @@ def lr_rule_name(args):
         return "asgd 3x, then N/2"
     if args.algo == "masgd":
         return "masgd 3x, then N/sqrt(2)"
-    if args.algo in LINEAR:
-        return "linear"
-    return rule_name(args.optimizer, args.algo in LINEAR_START)
+    return rule_name(args.optimizer, args.algo in LINEAR_START, args.algo in LINEAR)
 
 
 def warmup_epochs(args):

@@ -22,18 +22,19 @@ ADAPTIVE = ("adam", "rmsprop", "adagrad", "adadelta")
 LINEAR_START_UP_TO = 3.0
 
 
-def scale_factor(optimizer, num_workers, linear_start=False):
-    """k: the rule's factor for `num_workers` workers."""
+def scale_factor(optimizer, num_workers, linear_start=False, linear=False):
+    """k: the rule's factor for `num_workers` workers; `linear`: the linear
+    rule whatever the optimizer."""
     if num_workers <= 1:
         return 1.0
-    if optimizer not in ADAPTIVE:
+    if linear or optimizer not in ADAPTIVE:
         return float(num_workers)
     root = math.sqrt(num_workers)
     return max(root, min(float(num_workers), LINEAR_START_UP_TO)) if linear_start else root
 
 
-def rule_name(optimizer, linear_start=False):
-    if optimizer not in ADAPTIVE:
+def rule_name(optimizer, linear_start=False, linear=False):
+    if linear or optimizer not in ADAPTIVE:
         return "linear"
     return ("linear to %gx, then square-root" % LINEAR_START_UP_TO if linear_start
             else "square-root")
