@@ -60,16 +60,20 @@ def sod(ws, ns, state, outer, lr, mu=0.9, beta1=0.9, beta2=0.999, eps=1e-8):
 # `log` rows are (rank, n_k, order, reply, ...) as psgd's server records them;
 # `local(k, t)` is the change worker k makes to its model before its t-th sync.
 def easgd(x0, log, local, alpha):
-    """Returns the center and, per worker, its model after each of its syncs."""
-    x, w, after = x0.copy(), {}, {}
+    """Returns the center and, per worker, its model after each of its syncs.
+    The worker gets the center as it was after `reply` updates (`order` when
+    served in line, earlier when served in the background); the server's
+    update reads the center as it is when it is applied."""
+    versions, w, after = [x0.copy()], {}, {}
     for row in log:
-        k = int(row[0])
+        k, order, reply = int(row[0]), int(row[2]), int(row[3])
+        assert order == len(versions) - 1 and reply <= order, "log is not in update order"
         w_k = w.get(k, x0) + local(k, len(after.get(k, ())))
-        x_before = x
-        x = x + alpha * (w_k - x_before)            # the server, with the old w_k
-        w[k] = w_k - alpha * (w_k - x_before)       # the worker, with the old x
+        x = versions[-1]
+        versions.append(x + alpha * (w_k - x))              # the server, with the old w_k
+        w[k] = w_k - alpha * (w_k - versions[reply])        # the worker, with the x it got
         after.setdefault(k, []).append(w[k].copy())
-    return x, after
+    return versions[-1], after
 
 
 def compensate(delta, x, x_start, staleness, compensation, lam=1.0):

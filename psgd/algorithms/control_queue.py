@@ -67,13 +67,16 @@ class ControlQueue:
         """Whether any receive is still posted (anything more can arrive)."""
         return any(r != MPI.REQUEST_NULL for r in self._requests)
 
-    def poll(self, block, stats, arrived):
+    def poll(self, block, stats, arrived, also=None):
         """Queue the well-formed control messages that arrived, stamped
         `arrived`; with `block`, wait (the Waiter's policy, its time counted
-        in `stats`) until at least one has. Returns the bad ones as
-        (notice code, rank, value, text), in the order they were seen."""
+        in `stats`) until at least one has or `also()` is true. Returns the
+        bad ones as (notice code, rank, value, text), in the order seen."""
         if block:
-            (done,) = self.waiter.wait(self._arrivals, stats)
+            def test():
+                got = self._arrivals()
+                return got if got is not None or also is None or not also() else ([],)
+            (done,) = self.waiter.wait(test, stats)
         else:
             done = self._testsome()
         bad = []

@@ -9,8 +9,13 @@ Server, on MSG_SYNC from k:
     Sendrecv(send x, receive w_k, TAG_MODEL)
     x <- x + alpha * (w_k - x)
 Both sides use the values from before the exchange (a symmetric elastic force).
+A worker whose exchanges crawl (a slow link) is served in the background
+(in_flight.py): it gets x as it was when its exchange began, and the server's
+update uses x as it is when w_k has arrived.
 Default alpha = 0.9 / N (the paper's beta = N * alpha = 0.9).
 """
+import time
+
 from .. import kernels, mpi
 from .base import register
 from .option import Option
@@ -34,9 +39,16 @@ class EasgdServer(Server):
 
     def serve(self, rank):
         reply = self.syncs                      # the worker gets x before this update
+        if self.in_flight.slow(rank) and not self.survive_worker_loss:
+            return self.in_flight.start(rank, self.center_exchange, reply)  # in_flight.py
+        began = time.perf_counter()
         self.center_exchange.sendrecv(rank, self.incoming_exchange)
+        self.in_flight.timed(rank, time.perf_counter() - began)
         kernels.lerp(self.center.data, self.incoming.data, self.alpha)  # x += alpha (w_k - x)
         return reply
+
+    def arrived(self, transfer):
+        kernels.lerp(self.center.data, transfer.incoming.data, self.alpha)  # with x as it is now
 
 
 @register

@@ -48,7 +48,6 @@ backoff up to `poll_max_sleep` otherwise (waiting.py), because MPICH and Open
 MPI spin in a blocking receive. While it serves a worker the server uses
 blocking calls: that time is busy.
 """
-import sys
 import time
 
 import numpy as np
@@ -61,8 +60,9 @@ from ..protocol import (CONTROL_SLOTS, MSG_FINISHED, NOTICE_DONE, NOTICE_SERVER_
                         TAG_MSG, TAG_SHARD, notice_text)
 from .base import Algorithm
 from .control_queue import ControlQueue
+from .in_flight import InFlight, Transfer
 from .option import Option
-from .server_failure import GivingUp
+from .server_failure import LOST, GivingUp
 from .server_stats import ServerStats, Service  # noqa: F401  (re-exported)
 from .service_order import ServiceOrder
 from .waiting import Waiter
@@ -134,6 +134,7 @@ class Server(GivingUp, Algorithm):
         self.notice_sent = None                     # [code, sender, value] when it gave up
         self.control = ControlQueue(self.comm, self.servers, self.node.size,
                                     Waiter(self.poll_max_sleep), lossy=self.survive_worker_loss)
+        self.in_flight = InFlight(self.comm, self.in_pieces)
         self._new_round = False
         super().initialized()                       # restart(): started_from
 
@@ -214,7 +215,7 @@ class Server(GivingUp, Algorithm):
             if follows:
                 entry = self.order.next_entry(self, stats)
             else:
-                if self.control:
+                if self.control or self._guarded(self._arrivals):
                     self.poll_control(block=False)
                 else:
                     start = time.perf_counter()
@@ -223,6 +224,7 @@ class Server(GivingUp, Algorithm):
                     stats.idle_s += time.perf_counter() - start
                     if idle is not None:
                         trace.recorder.part(trace.IDLE, idle, trace.now())
+                    self._guarded(self._arrivals)
                 if self.control.lost:
                     self._lose(self.control.lost)
                 if not self.control:
@@ -232,42 +234,12 @@ class Server(GivingUp, Algorithm):
             rec = trace.recorder
             if rec is not None:
                 began = trace.now()
-            try:
-                self._dispatch(*entry)
-            except (ProtocolError, KeyboardInterrupt):
-                raise
-            except MPI.Exception as exc:
-                if not (self.survive_worker_loss and ulfm.failed_on(exc, self.comm)):
-                    self._give_up(NOTICE_SERVER_ERROR, self.node.rank, 0, None)
-                    raise
-                self._lose(())             # the ranks MPI knows dead
+            if self._guarded(self._dispatch, *entry) is LOST:
                 continue
-            except Exception:
-                self._give_up(NOTICE_SERVER_ERROR, self.node.rank, 0, None)
-                raise
             stats.busy_s += time.perf_counter() - start
             if rec is not None and entry[1] != MSG_FINISHED:
                 rec.add(trace.SERVE, began, trace.now(), {
                     "worker": entry[0], "sync": self.syncs - 1, "staleness": self.staleness})
-
-    def _lose(self, ranks):
-        """Drop the workers whose processes died (survive_worker_loss):
-        `ranks`, and any other MPI knows dead."""
-        ranks = [r for r in sorted(set(ranks) | set(ulfm.failed_ranks(self.comm)))
-                 if r in self.running]
-        for rank in ranks:
-            self.lost[rank] = self.syncs
-            self.running.discard(rank)
-            # its queued entry goes; its receive, if still posted, completes in
-            # error later and is ignored (the rank is no longer running)
-            self.control.take(rank)
-            sys.stderr.write("psgd: %s server: worker rank %d lost at sync %d (its process "
-                             "died); %d other worker%s still in this round\n" % (
-                                 self.name, rank, self.syncs, len(self.running),
-                                 "" if len(self.running) == 1 else "s"))
-            sys.stderr.flush()
-            self.worker_lost(rank)
-        self.control.lost.clear()
 
     def one_order(self):
         """Whether every shard must serve in one order (subclasses say)."""
@@ -322,13 +294,32 @@ class Server(GivingUp, Algorithm):
             self.finished.append((rank, self.syncs))
             self.worker_finished(rank)
             return
-        order = self.syncs
-        self.staleness = order - self.started_from.get(rank, 0)
-        self.stats.count_staleness(self.staleness)
+        self.staleness = self.syncs - self.started_from.get(rank, 0)
         reply = self.serve(rank)
+        if isinstance(reply, Transfer):         # logged once its update is applied
+            reply.n_k, reply.arrived = n_k, arrived
+            return
+        self._applied(rank, n_k, reply, arrived)
+
+    def _arrivals(self):
+        """Apply the updates of the transfers in flight that are done
+        (in_flight.py); whether there were any."""
+        done = self.in_flight.done()
+        for transfer in done:
+            start = time.perf_counter()
+            self.arrived(transfer)
+            self._applied(transfer.rank, transfer.n_k, transfer.reply, transfer.arrived)
+            self.in_flight.release(transfer)
+            self.stats.busy_s += time.perf_counter() - start
+        return bool(done)
+
+    def _applied(self, rank, n_k, reply, arrived):
+        """A sync's update is in x: count and log it, listen to `rank` again."""
+        self.staleness = self.syncs - self.started_from.get(rank, 0)
+        self.stats.count_staleness(self.staleness)
         if reply is not None:
             self.started_from[rank] = reply
-        self.log.append(Service(rank, n_k, order, reply, arrived, self.staleness))
+        self.log.append(Service(rank, n_k, self.syncs, reply, arrived, self.staleness))
         self.syncs += 1
         self.samples += n_k
         self.stats.per_worker[rank][0] += 1
@@ -337,6 +328,10 @@ class Server(GivingUp, Algorithm):
         self.after_sync(rank)
 
     def serve(self, rank):
+        raise NotImplementedError
+
+    def arrived(self, transfer):
+        """The update of a sync served in the background (in_flight.py)."""
         raise NotImplementedError
 
     def replied(self, rank):
@@ -365,7 +360,7 @@ class Server(GivingUp, Algorithm):
     def poll_control(self, block):
         """Queue the control messages that arrived (with `block`, wait for
         one); the first bad one makes the server give up."""
-        bad = self.control.poll(block, self.stats, self.syncs)
+        bad = self.control.poll(block, self.stats, self.syncs, also=self.in_flight.any_done)
         if bad:
             code, rank, value, text = bad[0]
             self._give_up(code, rank, value, text)

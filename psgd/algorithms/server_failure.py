@@ -1,24 +1,66 @@
 """How a parameter server gives up (server.py's event loop calls it): tell
 every running worker why, drop the model messages still on their way, wait
 for each worker's FINISHED, then raise, so no rank is left blocked and no
-message unreceived."""
+message unreceived. And how it loses a worker whose process died
+(survive_worker_loss) and goes on without it."""
+import sys
 import time
 
 import numpy as np
 from mpi4py import MPI
 
+from .. import ulfm
 from ..errors import ProtocolError
-from ..protocol import LEADER_FAILED, MSG_SYNC, TAG_MODEL, TAG_NOTICE
+from ..protocol import LEADER_FAILED, MSG_SYNC, NOTICE_SERVER_ERROR, TAG_MODEL, TAG_NOTICE
 from .waiting import FIRST_SLEEP
+
+LOST = object()      # what a step of the event loop returns when it lost a worker
 
 
 class GivingUp:
     """Mixin of Server: the failure path over its ControlQueue (self.control)."""
 
+    def _guarded(self, step, *args):
+        """step(*args), giving up on an error (so every worker hears of it),
+        or LOST when it found a worker's process dead (survive_worker_loss)."""
+        try:
+            return step(*args)
+        except (ProtocolError, KeyboardInterrupt):
+            raise
+        except MPI.Exception as exc:
+            if not (self.survive_worker_loss and ulfm.failed_on(exc, self.comm)):
+                self._give_up(NOTICE_SERVER_ERROR, self.node.rank, 0, None)
+                raise
+            self._lose(())             # the ranks MPI knows dead
+            return LOST
+        except Exception:
+            self._give_up(NOTICE_SERVER_ERROR, self.node.rank, 0, None)
+            raise
+
+    def _lose(self, ranks):
+        """Drop the workers whose processes died (survive_worker_loss):
+        `ranks`, and any other MPI knows dead."""
+        ranks = [r for r in sorted(set(ranks) | set(ulfm.failed_ranks(self.comm)))
+                 if r in self.running]
+        for rank in ranks:
+            self.lost[rank] = self.syncs
+            self.running.discard(rank)
+            # its queued entry goes; its receive, if still posted, completes in
+            # error later and is ignored (the rank is no longer running)
+            self.control.take(rank)
+            sys.stderr.write("psgd: %s server: worker rank %d lost at sync %d (its process "
+                             "died); %d other worker%s still in this round\n" % (
+                                 self.name, rank, self.syncs, len(self.running),
+                                 "" if len(self.running) == 1 else "s"))
+            sys.stderr.flush()
+            self.worker_lost(rank)
+        self.control.lost.clear()
+
     def _give_up(self, code, sender, value, text):
         """Tell every running worker, drain what they still send, wait for each
         one's FINISHED, then raise (the original error is re-raised by run)."""
         self.notice_sent = (code, sender, value)
+        self.in_flight.wait_all()         # before the notices: the workers are in them still
         if self.order is not None and self.order.leads:
             self.order.tell(LEADER_FAILED)
         for rank in sorted(self.running):

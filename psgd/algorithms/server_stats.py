@@ -7,8 +7,9 @@ import dataclasses
 Service = collections.namedtuple("Service", "rank n_k order reply arrived staleness")
 Service.__doc__ = """One MSG_SYNC served. `order`: syncs served before it (= the
 center's update count before this update); `reply`: the update count of the
-center the worker got back (easgd: order, the center before the update; asgd and
-masgd: order + 1, or the release count when a barrier held the reply);
+center the worker got back (easgd: order, the center before the update, or less
+when the sync was served in the background, in_flight.py; asgd and masgd: order +
+1, or the release count when a barrier held the reply);
 `arrived`: syncs served when the server first saw the control message;
 `staleness`: center updates between the center the worker last got back (its
 previous `reply`, 0 before its first sync) and this update (order - that)."""

@@ -1,0 +1,101 @@
+"""easgd's server serves a worker whose exchanges crawl in the background
+(psgd/algorithms/in_flight.py): the last rank here delays its model by
+SLOW_S each sync, as a slow link would, and the others sync meanwhile. The
+run is checked against the serial replay in the order the updates were
+applied."""
+import time
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import psgd
+import reference
+from psgd import protocol
+from psgd.buffers import host_copy
+from psgd.errors import ProtocolError
+from server_plans import drive, local, x0
+
+pytestmark = [pytest.mark.mpi(min_size=3), pytest.mark.timeout(60)]
+
+SLOW_S = 0.04       # well past in_flight.SLOW_MIN_S and a fast exchange here
+SLOW_SYNCS, FAST_SYNCS = 5, 40
+ALPHA = 0.5
+
+
+def crawl(obj):
+    """Delay this worker's model traffic by SLOW_S each sync."""
+    exchange = obj.exchange_with_server
+
+    def slowly(servers):
+        time.sleep(SLOW_S)
+        exchange(servers)
+    obj.exchange_with_server = slowly
+
+
+def worker(obj, k):
+    slow = k == obj.comm.size - 1
+    if slow:
+        crawl(obj)
+    seen = []
+    for t in range(SLOW_SYNCS if slow else FAST_SYNCS):
+        obj.buffer.data += local(k, t)
+        assert obj.synchronize(1) is True
+        seen.append(host_copy(obj.buffer.data))
+        if not slow:
+            time.sleep(0.003)       # the fast workers sync throughout the slow one's syncs
+    obj.stop()
+    return seen
+
+
+def test_a_crawling_exchange_is_served_in_the_background(comm):
+    obj, result, log, finished = drive(comm, "easgd", worker=worker, alpha=ALPHA)
+    center, after = reference.easgd(x0(), log, local, ALPHA)
+    slow = comm.size - 1
+    mine = log[log[:, 0] == slow]
+    assert len(mine) == SLOW_SYNCS
+    # in the background: others' updates landed between its reply and its own update
+    assert (mine[:, 3] < mine[:, 2]).sum() >= 1, mine
+    assert (log[log[:, 0] != slow][:, 3] == log[log[:, 0] != slow][:, 2]).mean() > 0.5
+    if obj.role == "server":
+        np.testing.assert_allclose(host_copy(obj.buffer.data), center, rtol=1e-12, atol=1e-12)
+        assert len(obj.in_flight) == 0
+        assert obj.stats.syncs == len(log) == (comm.size - 2) * FAST_SYNCS + SLOW_SYNCS
+    else:
+        for t, w in enumerate(result):
+            np.testing.assert_allclose(w, after[comm.rank][t], rtol=1e-12, atol=1e-12)
+
+
+def test_a_server_giving_up_completes_the_transfer_in_flight_first(comm):
+    """A bad control message while the slow worker's exchange is in flight:
+    every rank raises, none hangs."""
+    bad = 1
+    obj = psgd.create("easgd", [np.zeros(1000)], comm=comm, alpha=ALPHA)
+    match = "unknown control message 7 from rank %d" % bad
+    if obj.role == "server":
+        with pytest.raises(ProtocolError, match=match):
+            obj.run()
+        assert len(obj.in_flight) == 0
+    elif comm.rank == bad:
+        for _ in range(3):
+            obj.synchronize(1)
+        deadline = time.time() + 20      # the slow worker's second exchange, in flight
+        while time.time() < deadline and not comm.Iprobe(source=comm.size - 1, tag=99):
+            time.sleep(0.001)
+        comm.Recv([np.zeros(1), MPI.DOUBLE], source=comm.size - 1, tag=99)
+        time.sleep(SLOW_S / 4)
+        obj.comm.Send([np.array([7, 0], dtype=np.int64), MPI.INT64_T], dest=0,
+                      tag=protocol.TAG_MSG)
+        with pytest.raises(ProtocolError, match=match):
+            obj.stop(0)
+    else:
+        if comm.rank == comm.size - 1:
+            crawl(obj)
+        with pytest.raises(ProtocolError, match=match):
+            for t in range(200):
+                if comm.rank == comm.size - 1 and t == 2:
+                    comm.Send([np.zeros(1), MPI.DOUBLE], dest=bad, tag=99)
+                obj.synchronize(1)
+                time.sleep(0.003)
+    assert comm.allreduce(1) == comm.size
+
