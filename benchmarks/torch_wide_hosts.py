@@ -7,6 +7,9 @@ measurement of the link-bound case costs (a few minutes).
 
     python benchmarks/torch_wide_hosts.py [--reps 3]
 
+--setting HOSTS,NP,MODEL measures another of the section's settings the same
+way (one host needs no cluster), e.g. --setting 1,2,cnn for the default CNN.
+
 With --stop-at A (and --epochs E, --modes ...), each run trains until its
 first epoch at held-out accuracy A (or E epochs), and the report adds the
 training time to A: issue 29's time to 90% across hosts, e.g. --modes
@@ -25,12 +28,13 @@ MODES = ("ddp", "syncgrad", "syncgrad_fp16", "syncgrad_1bit")
 SETTING = (2, 2, "wide")       # hosts, np, model
 
 
-def launch(mode, epochs, stop_at, out, keep_local_state=False, trainer_defaults=False):
-    """torch_ddp.launch for this setting, with an epoch budget and a target."""
+def launch(mode, epochs, stop_at, out, keep_local_state=False, trainer_defaults=False,
+           setting=SETTING):
+    """torch_ddp.launch for `setting`, with an epoch budget and a target."""
     flags = (["--stop-at", stop_at] if stop_at is not None else []) + (
         ["--keep-local-state"] if keep_local_state else []) + (
         ["--trainer-defaults"] if trainer_defaults else [])
-    return torch_ddp.launch(SETTING, mode, epochs, out, flags, wide_epochs=epochs)
+    return torch_ddp.launch(setting, mode, epochs, out, flags, wide_epochs=epochs)
 
 
 def time_table(results, targets):
@@ -59,37 +63,46 @@ def main():
                    help="bmuf modes: reset_local_state=False")
     p.add_argument("--trainer-defaults", action="store_true",
                    help="bmuf and sod modes: the options psgd.worker's trainer picks by N")
+    p.add_argument("--setting", default=",".join(map(str, SETTING)),
+                   help="HOSTS,NP,MODEL (default %s)" % ",".join(map(str, SETTING)))
     args = p.parse_args()
     modes = tuple(args.modes.split(","))
-    why = torch_ddp.cluster_problem()
+    hosts, np_, model = args.setting.split(",")
+    setting = (int(hosts), int(np_), model)
+    hosts = setting[0]
+    why = torch_ddp.cluster_problem() if hosts > 1 else None
     if why:
         raise SystemExit("torch_wide_hosts: %s" % why)
     results, errors = [], {}
-    torch_ddp._tool("down", check=False)
-    torch_ddp._tool("up", "2", "--rate", "1gbit")
+    if hosts > 1:
+        torch_ddp._tool("down", check=False)
+        torch_ddp._tool("up", str(hosts), "--rate", "1gbit")
+    name = "%s_np%d_h%d" % (model, setting[1], hosts)
     try:
         for rep in range(args.reps):
             shift = rep % len(modes)
             for mode in modes[shift:] + modes[:shift]:
-                out = common.result_path("torch_ddp_%s_wide_np2_h2.json" % mode)
+                out = common.result_path("torch_ddp_%s_%s.json" % (mode, name))
                 before = torch_ddp._loadavg()
                 try:
                     r = launch(mode, args.epochs, args.stop_at, out, args.keep_local_state,
-                               args.trainer_defaults)
+                               args.trainer_defaults, setting)
                 except RuntimeError as exc:
                     errors[mode] = common.error_line(exc)
                     continue
-                r.update(rep=rep, hosts=2, load=[before, torch_ddp._loadavg()])
+                r.update(rep=rep, hosts=hosts, load=[before, torch_ddp._loadavg()])
                 results.append(r)
                 print("  %s rep %d done" % (mode, rep), flush=True)
     finally:
-        torch_ddp._tool("down", check=False)
+        if hosts > 1:
+            torch_ddp._tool("down", check=False)
     data = {"epochs": args.epochs, "reps": args.reps, "results": results, "errors": errors,
             "no_cluster": None, "stop_at": args.stop_at,
             "keep_local_state": args.keep_local_state,
             "trainer_defaults": args.trainer_defaults}
     if args.stop_at is None:
-        common.save_json("torch_wide_hosts.json", data)
+        common.save_json("torch_wide_hosts.json" if setting == SETTING else
+                         "torch_%s.json" % name, data)
         print(torch_ddp_report.report(data).markdown)
     else:
         common.save_json("torch_wide_hosts_time_to%s.json" % (

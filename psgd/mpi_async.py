@@ -5,6 +5,7 @@ the same order, post their collectives in the same order. MPI then is
 called from that thread while the caller computes, which needs
 MPI_THREAD_MULTIPLE; without it the transfer runs at once, in the caller.
 """
+import os
 import queue
 import threading
 import time
@@ -69,11 +70,15 @@ def start(job, device=None, here=False):
 
 def poll(done):
     """Until `done()` (which progresses MPI): on the transfer thread with a
-    sleep between tests, in the caller without."""
+    sleep between tests; in the caller, which has nothing else to do, at
+    once, but offering its core between tests: with more ranks than cores
+    the peers it spins against need that core to send it their part."""
     pause = POLL_S if threading.current_thread().name == THREAD_NAME else 0
     while not done():
         if pause:
             time.sleep(pause)
+        else:
+            os.sched_yield()
 
 
 def _on(device, job):

@@ -12,6 +12,10 @@ on psgd's transfer thread (Exchange.allreduce_async) once all its gradients
 have landed and every bucket before it has started, so every rank starts
 them in the same order, whatever the order of its own gradients. reduce()
 starts what is left (unused parameters: a zero gradient) and waits for all.
+The last bucket, whose gradients land as backward ends, is always summed in
+reduce(), in the caller: on the thread its sum would hide under nothing,
+and the hand-offs to and from the thread cost a small model's sum several
+times over (BENCHMARKS.md, the PyTorch section).
 
 Hooks start buckets only in a step whose sample count was known before its
 backward began (`expect`, set by psgd.torch.DistributedOptimizer): the count
@@ -155,7 +159,9 @@ class Buckets:
         p.grad = view
 
     def _start_ready(self):
-        while self._next < len(self.buckets) and self._waiting[self._next] == 0:
+        # the last bucket lands as backward ends: nothing is left to hide its sum
+        # under, and the thread's hand-offs would only add to it (reduce() sums it)
+        while self._next < len(self.buckets) - 1 and self._waiting[self._next] == 0:
             self._start(self.buckets[self._next])
 
     def _start(self, bucket, now=False):
