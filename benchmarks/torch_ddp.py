@@ -35,6 +35,7 @@ import socket
 import subprocess
 import sys
 import time
+import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
@@ -90,7 +91,8 @@ def child(argv):
     p.add_argument("--trainer-defaults", action="store_true",
                    help="psgd modes: the options psgd.worker's trainer picks by N "
                         "(psgd/train/defaults.py: bmuf keeps the local state, sod's outer "
-                        "rate 0.7 * min(1, N/4)) instead of the algorithm's own")
+                        "rate 0.7 * min(1, N/4), its blocks 16 minibatches long) "
+                        "instead of the algorithm's own")
     p.add_argument("--keep-local-state", action="store_true",
                    help="bmuf: reset_local_state=False (the trainer's default; the "
                         "algorithm's clears Adam's moments after every sync)")
@@ -122,10 +124,11 @@ def child(argv):
         if args.keep_local_state:
             shares["reset_local_state"] = False
         if args.trainer_defaults and not grads:
-            from psgd.train.defaults import trainer_defaults
-            shares = dict(trainer_defaults(args.mode.split("_")[0], comm.size,
-                                           {"compression": kind}),
-                          **shares)
+            from psgd.train.defaults import default_sync_period, trainer_defaults
+            algo = args.mode.split("_")[0]
+            shares = dict(trainer_defaults(algo, comm.size, {"compression": kind}), **shares)
+            args.blocks = default_sync_period(types.SimpleNamespace(
+                algo=algo, masgd_delayed_nesterov=False, minibatch_size=1), comm.size)
         sync = psgd.torch.create("syncgrad" if grads else args.mode.split("_")[0], model,
                                  comm=comm, **({"compression": kind} if kind else {}), **shares)
         workers, k = sync.N, comm.rank - (comm.size - sync.N)

@@ -11,7 +11,8 @@ NAMES = {"ddp": "DDP (gloo)", "syncgrad": "psgd syncgrad", "syncgrad_late":
          "psgd syncgrad, sums after backward", "bmuf": "psgd bmuf", "easgd": "psgd easgd",
          "syncgrad_fp16": "psgd syncgrad, fp16 buckets",
          "syncgrad_1bit": "psgd syncgrad, 1bit buckets",
-         "ddp_fp16": "DDP (gloo), fp16 compress hook", "bmuf_1bit": "psgd bmuf, 1bit"}
+         "ddp_fp16": "DDP (gloo), fp16 compress hook", "bmuf_1bit": "psgd bmuf, 1bit",
+         "sod": "psgd sod"}
 COMPRESSION = {"syncgrad_fp16": "fp16", "syncgrad_1bit": "1bit",      # the mode's compression=
                "bmuf_1bit": "1bit"}
 
