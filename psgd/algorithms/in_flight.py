@@ -103,10 +103,6 @@ class InFlight:
         if self.slow(transfer.rank):
             self._spare[transfer.rank] = transfer.pair
 
-    def forget(self, rank):
-        self.took.pop(rank, None)
-        self._spare.pop(rank, None)
-
     def wait_all(self):
         """Complete every transfer without its update (a server giving up
         before it tells its workers: they still take part in them)."""

@@ -37,9 +37,9 @@ def worker(obj, k):
     slow = k == obj.comm.size - 1
     if slow:
         crawl(obj)
-    seen = []
+    seen, xp = [], obj.buffer.xp
     for t in range(SLOW_SYNCS if slow else FAST_SYNCS):
-        obj.buffer.data += local(k, t)
+        obj.buffer.data += xp.asarray(local(k, t))
         assert obj.synchronize(1) is True
         seen.append(host_copy(obj.buffer.data))
         if not slow:
@@ -49,7 +49,12 @@ def worker(obj, k):
 
 
 def test_a_crawling_exchange_is_served_in_the_background(comm):
-    obj, result, log, finished = drive(comm, "easgd", worker=worker, alpha=ALPHA)
+    check(comm)
+
+
+def check(comm, xp=np):
+    """The run against the replay (the device tests run it with `xp`)."""
+    obj, result, log, finished = drive(comm, "easgd", worker=worker, xp=xp, alpha=ALPHA)
     center, after = reference.easgd(x0(), log, local, ALPHA)
     slow = comm.size - 1
     mine = log[log[:, 0] == slow]
@@ -64,6 +69,7 @@ def test_a_crawling_exchange_is_served_in_the_background(comm):
     else:
         for t, w in enumerate(result):
             np.testing.assert_allclose(w, after[comm.rank][t], rtol=1e-12, atol=1e-12)
+    return obj
 
 
 def test_a_server_giving_up_completes_the_transfer_in_flight_first(comm):

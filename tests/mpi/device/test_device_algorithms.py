@@ -13,6 +13,7 @@ pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.timeout(120)]
 
 collective = load("algorithms/test_collective.py")
 servers = load("algorithms/test_servers.py")
+in_flight = load("algorithms/test_in_flight.py")
 
 
 @pytest.mark.parametrize("name,update,final_of,options", [
@@ -58,6 +59,14 @@ def test_server_replay_on_device(comm, xp, name):
     options = {"alpha": 0.5} if name == "easgd" else {}
     obj, _, _ = servers.check_replay(comm, name, replay, xp=xp, **options)
     assert obj.buffer.on_device
+
+
+def test_easgd_in_the_background_on_device(comm, xp):
+    """A slow worker's sync served in the background (in_flight.py): the
+    copy of x it is sent and the update on arrival are device work too."""
+    if comm.size < 3:
+        pytest.skip("needs two workers: one slow, one to compare it with")
+    assert in_flight.check(comm, xp=xp).buffer.on_device
 
 
 @pytest.mark.parametrize("name", ["asgd", "masgd"])
