@@ -116,6 +116,7 @@ def child(argv):
     import psgd
     p = common.child_args()
     p.add_argument("--sizes", required=True)
+    p.add_argument("--momentum", default="global")
     args = p.parse_args(argv)
     comm = MPI.COMM_WORLD
     P, rows = comm.Get_size(), []
@@ -126,8 +127,9 @@ def child(argv):
         objs = {}
         for kind in KINDS:
             rng = np.random.default_rng(comm.rank)
+            shares = {} if kind == "none" else {"compression_momentum": args.momentum}
             objs[kind] = psgd.create("bmuf", [rng.standard_normal(size).astype(np.float32)],
-                                     comm=comm, compression=kind)
+                                     comm=comm, compression=kind, **shares)
         reps = min(common.repeats_for(4 * size, args.quick), 11)
 
         def step(kind):
@@ -151,11 +153,12 @@ def child(argv):
             json.dump({"np": P, "rows": rows}, f)
 
 
-def run(quick=False, regime="shm", nps=(2, 4)):
+def run(quick=False, regime="shm", nps=(2, 4), momentum="global"):
     sizes = [10 ** 5, 10 ** 6] if quick else [10 ** 5, 10 ** 6, 10 ** 7]
     pack = packing(sizes, quick)
     runs = []
-    args = ["--sizes", ",".join(map(str, sizes))] + (["--quick"] if quick else [])
+    args = ["--sizes", ",".join(map(str, sizes)), "--momentum", momentum] + (
+        ["--quick"] if quick else [])
     if regime == "cluster":
         import cluster
         why = cluster.why_not()
@@ -166,7 +169,8 @@ def run(quick=False, regime="shm", nps=(2, 4)):
                 out = common.result_path("compression_child.json")
                 data = cluster.run_child("compression.py", cluster.layout(count, per_host),
                                          out, args, timeout=1800)
-                data["regime"] = "cluster 1 Gb/s, %d x %d" % (count, per_host)
+                data["regime"] = "cluster 1 Gb/s, %d x %d%s" % (
+                    count, per_host, "" if momentum == "global" else ", momentum shares")
                 runs.append(data)
     else:
         import mpi_regimes
@@ -176,7 +180,8 @@ def run(quick=False, regime="shm", nps=(2, 4)):
                 common.results_dir()
                 runs.append(mpi_regimes.run_in_regime("compression.py", np_, out, reg, args,
                                                       timeout=1800))
-    common.save_json("compression_cluster.json" if regime == "cluster" else "compression.json",
+    name = "compression_cluster" if regime == "cluster" else "compression"
+    common.save_json(name + ("" if momentum == "global" else "_" + momentum) + ".json",
                      {"packing": pack, "runs": runs})
     return report(pack, runs)
 
@@ -239,8 +244,11 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true")
     p.add_argument("--regime", default="shm", choices=("shm", "network", "both", "cluster"))
+    p.add_argument("--momentum", default="global", choices=("global", "local"),
+                   help="bmuf's compression_momentum in the compressed syncs (local: the "
+                        "trainer's momentum shares)")
     args = p.parse_args()
-    print(run(quick=args.quick, regime=args.regime).markdown)
+    print(run(quick=args.quick, regime=args.regime, momentum=args.momentum).markdown)
 
 
 if __name__ == "__main__":

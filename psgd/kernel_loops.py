@@ -29,6 +29,21 @@ def bmuf_update(w, w_g, D, keep, zeta, look):
         w[i] = d * look + g
 
 
+def bmuf_share(e, share, w, w_g, D, start, weight, eta, zeta):
+    for i in range(e.size):
+        c = (w[i] - (D[i] * start + w_g[i])) * weight
+        sh = share[i] * eta + c * zeta
+        share[i] = sh
+        e[i] += sh
+
+
+def bmuf_apply(w, w_g, D, look, nesterov):
+    for i in range(w.size):
+        g = w_g[i] + D[i]
+        w_g[i] = g
+        w[i] = D[i] * look + g if nesterov else g
+
+
 def momentum_step(x, v, d, m, alpha):
     for i in range(x.size):
         nv = v[i] * m + d[i]
@@ -37,7 +52,7 @@ def momentum_step(x, v, d, m, alpha):
 
 
 LOOPS = jit.Loops(globals(), ("lerp", "axpy", "add_scaled_difference", "bmuf_update",
-                              "momentum_step"))
+                              "bmuf_share", "bmuf_apply", "momentum_step"))
 
 
 def ready(*arrays):

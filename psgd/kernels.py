@@ -166,6 +166,49 @@ def bmuf_update(w, w_g, D, eta, zeta, nesterov, start=None):
     return w
 
 
+def bmuf_share(e, share, w, w_g, D, start, weight, eta, zeta):
+    """bmuf's momentum share and its error feedback (compression_momentum =
+    local; host buffers, as every compressed sum), in place, in one pass:
+        c   = weight * (w - s)          s = w_g + start * D, the block's start
+        D_k <- eta * D_k + zeta * c     (`share`)
+        e_k <- e_k + D_k                (`e`)
+    The ops of the separate passes in the same order: the same bits."""
+    t = e.dtype.type
+    start, weight, eta, zeta = t(start), t(weight), t(eta), t(zeta)
+    if kernel_loops.ready(e, share, w, w_g, D):
+        kernel_loops.bmuf_share(e, share, w, w_g, D, start, weight, eta, zeta)
+        return
+
+    def step(e, share, w, w_g, D):
+        c = np.multiply(D, start)
+        c += w_g
+        np.subtract(w, c, out=c)
+        c *= weight
+        share *= eta
+        c *= zeta
+        share += c
+        e += share
+    blockwise(step, e, share, w, w_g, D)
+
+
+def bmuf_apply(w, w_g, D, look=None):
+    """After the shares' sum D: w_g <- w_g + D, then w <- w_g + look * D
+    (Nesterov's look-ahead) or w <- w_g (look None), in place, in one pass."""
+    t = w.dtype.type
+    if kernel_loops.ready(w, w_g, D):
+        kernel_loops.bmuf_apply(w, w_g, D, t(look or 0), look is not None)
+        return
+
+    def step(w, w_g, D):
+        w_g += D
+        if look is None:
+            w[...] = w_g
+        else:
+            np.multiply(D, t(look), out=w)
+            w += w_g
+    blockwise(step, w, w_g, D)
+
+
 def momentum_step(x, v, d, m, alpha):
     """Server-side momentum (masgd), in place:
         v <- m * v + d

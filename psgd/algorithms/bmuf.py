@@ -82,14 +82,18 @@ class Bmuf(compressed.MomentumShares, CollectiveWorker):
                             self.block_momentum_buffer.data[lo:hi],
                             self.block_momentum, self.block_lr, self.nesterov, self.start)
 
+    def _feed_share(self, weight):
+        # D_k <- eta D_k + zeta c_k;  e_k += D_k   (one pass, c_k never stored)
+        kernels.bmuf_share(self.compressed.residual, self.share.data, self.buffer.data,
+                           self.global_model.data, self.block_momentum_buffer.data,
+                           self.start, weight, self.block_momentum, self.block_lr)
+
     def _apply_shared_sum(self):
-        w, D = self.buffer.data, self.block_momentum_buffer.data
+        D = self.block_momentum_buffer.data
         self.compressed.sum(D, self.syncs)           # D <- sum_k D_k
-        w_g = self.global_model.data
-        w_g += D
-        w[...] = w_g
-        if self.nesterov:
-            kernels.axpy(w, self.block_momentum, D)
+        # w_g <- w_g + D;  w <- w_g + eta D  (nesterov)  or  w_g
+        kernels.bmuf_apply(self.buffer.data, self.global_model.data, D,
+                           self.block_momentum if self.nesterov else None)
 
     def _share_step(self, weight):
         """D_k <- eta D_k + zeta c_k; returns D_k."""

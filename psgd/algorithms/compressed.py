@@ -77,8 +77,12 @@ class MomentumShares:
         if not self.shares_momentum:
             super()._compressed_average(weight, then)
             return
-        self.compressed.add(self._share_step(weight))
+        self._feed_share(weight)
         self._apply_shared_sum()
+
+    def _feed_share(self, weight):
+        """Update this rank's share and add its step to e_k."""
+        self.compressed.add(self._share_step(weight))
 
     def contribution(self, weight):
         """c_k = weight (w - s), in the start point's scratch."""

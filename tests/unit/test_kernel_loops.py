@@ -24,8 +24,12 @@ UPDATES = {
     "axpy": (2, lambda a: kernels.axpy(a[0], -0.7, a[1])),
     "add_scaled_difference": (3, lambda a: kernels.add_scaled_difference(a[0], a[1], a[2], 0.25)),
     "bmuf_update": (3, lambda a: kernels.bmuf_update(a[0], a[1], a[2], 0.9, 0.8, True, 0.3)),
-    "bmuf_update_zeta_1": (3, lambda a: kernels.bmuf_update(a[0], a[1], a[2], 0.5, 1.0, False)),
+    "bmuf_update/zeta 1": (3, lambda a: kernels.bmuf_update(a[0], a[1], a[2], 0.5, 1.0, False)),
     "momentum_step": (3, lambda a: kernels.momentum_step(a[0], a[1], a[2], 0.9, 0.1)),
+    "bmuf_share": (5, lambda a: kernels.bmuf_share(*a, 0.5, 0.25, 0.5, 0.8)),
+    "bmuf_share/zeta 1": (5, lambda a: kernels.bmuf_share(*a, 0.0, 0.25, 0.5, 1.0)),
+    "bmuf_apply": (3, lambda a: kernels.bmuf_apply(a[0], a[1], a[2], 0.5)),
+    "bmuf_apply/no look-ahead": (3, lambda a: kernels.bmuf_apply(a[0], a[1], a[2])),
 }
 
 
@@ -43,7 +47,7 @@ def test_loops_give_the_numpy_passes_bits(update, dtype, setting, monkeypatch):
     setting("PSGD_ACCEL", "auto")
     assert kernel_loops.LOOPS.ready(N)      # compiled before the spy goes in
     calls = []
-    name = update.replace("_zeta_1", "")
+    name = update.split("/")[0]
     compiled = getattr(kernel_loops, name)
     monkeypatch.setattr(kernel_loops, name, lambda *a: calls.append(1) or compiled(*a))
     expected = run(update, dtype, setting, "numpy")

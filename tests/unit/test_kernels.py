@@ -47,6 +47,38 @@ def test_bmuf_update(shape, zeta, nesterov):
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
+def bits(a):
+    return a.view(np.uint8).tobytes()
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("start,zeta", [(0.5, 1.0), (0.0, 0.8), (1.0, 1.3)])
+def test_bmuf_share_gives_the_separate_passes_bits(shape, start, zeta):
+    """The pass bmuf's compressed sync made in seven (start point, contribution,
+    share, error feedback), in one: the same bits, signed zeros and NaN too."""
+    e, share, w, w_g, D = arrays(shape, np.float32, 5)
+    w.flat[:3] = [np.nan, -0.0, np.inf][:w.size]
+    t = np.float32
+    s = w_g.copy()
+    s += D * t(start)                       # the start point, as axpy made it
+    c = (w - s) * t(0.25)                   # the contribution
+    want_share = share * t(0.5) + c * t(zeta)
+    want_e = e + want_share
+    kernels.bmuf_share(e, share, w, w_g, D, start, 0.25, 0.5, zeta)
+    assert bits(share) == bits(want_share) and bits(e) == bits(want_e)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("look", [0.5, None])
+def test_bmuf_apply_gives_the_separate_passes_bits(shape, look):
+    w, w_g, D = arrays(shape, np.float32, 3)
+    D.flat[:2] = [np.inf, -0.0][:D.size]
+    want_g = w_g + D
+    want_w = want_g.copy() if look is None else want_g + D * np.float32(look)
+    kernels.bmuf_apply(w, w_g, D, look)
+    assert bits(w_g) == bits(want_g) and bits(w) == bits(want_w)
+
+
 @pytest.mark.parametrize("shape", SHAPES)
 def test_momentum_step(shape):
     x, v, d = arrays(shape, np.float64, 3)
