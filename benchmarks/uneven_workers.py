@@ -73,6 +73,9 @@ def main():
     p.add_argument("--seeds", default="1,2")
     p.add_argument("--cluster", default=None, metavar="RATE",
                    help="across namespace hosts, the slow worker's host's link at RATE")
+    p.add_argument("--jobs", default=",".join(str(i + 1) for i in range(len(JOBS))),
+                   help="which jobs, by their place in JOBS from 1, comma-separated "
+                        "(default: all)")
     args = p.parse_args()
     if args.cluster:
         why = cluster.why_not()
@@ -88,7 +91,9 @@ def measure(args, name):
     data = {"step": STEP, "target": TARGET, "epochs": EPOCHS, "link": args.cluster, "runs": {}}
     for seed in [int(s) for s in args.seeds.split(",")]:
         for algo in args.algos.split(","):
-            for name_, ranks, pacing, flags in JOBS:
+            for i, (name_, ranks, pacing, flags) in enumerate(JOBS):
+                if str(i + 1) not in args.jobs.split(","):
+                    continue
                 got = job(algo, seed, ranks, pacing, flags, args.cluster)
                 data["runs"].setdefault(algo, {}).setdefault(name_, {})[str(seed)] = got
                 print("  %s seed %d, %s: %s to %.0f%%, final %.1f%%, epoch %.2fs (load %.1f)" % (

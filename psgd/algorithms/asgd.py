@@ -16,7 +16,13 @@ K + N - 2 updates after the x it started from. K <= 0 disables it.
 
 staleness_compensation = none | scale | dc corrects a delta for the updates
 the center took since the worker's x_start (staleness.py has the math).
+
+A worker whose exchanges crawl (a slow link) is served in the background
+(in_flight.py): its delta is received while the server serves the others,
+and its update and reply follow when it is in.
 """
+import time
+
 import numpy as np
 from mpi4py import MPI
 
@@ -52,6 +58,30 @@ class AsgdServer(Server):
         super().initialized()
 
     def serve(self, rank):
+        if self.in_background(rank):                 # in_flight.py: reply on arrival
+            return self.in_flight.start(rank, self.center_exchange)
+        began = time.perf_counter()
+        reply = self._serve_in_line(rank)
+        self.in_flight.timed(rank, time.perf_counter() - began)
+        return reply
+
+    def in_background(self, rank):
+        """A worker behind a slow link, where nothing holds or orders its
+        reply (no barrier) and its push is a plain delta (not compressed)."""
+        return (self.barrier_period <= 0 and self.decoder is None and
+                not self.survive_worker_loss and self.in_flight.slow(rank))
+
+    def arrived(self, transfer):
+        """x <- x + alpha * delta_k, then the reply: x as it is now."""
+        rank = transfer.rank
+        self.incoming.data[...] = transfer.incoming.data
+        if self.delay_compensation is not None:
+            self.delay_compensation.correct(rank, self.center.data, self.incoming.data)
+        self.update(rank, 0, self.incoming.size)
+        transfer.reply_with(self.center_exchange, self.syncs + 1)
+        self.replied(rank)
+
+    def _serve_in_line(self, rank):
         self.since_release += 1
         hold = bool(self.held) or 0 < self.barrier_period <= self.since_release
         dc, received = self.delay_compensation, False

@@ -28,6 +28,7 @@ from ..buffers import host_copy
 from ..errors import UsageError
 from .asgd import OPTIONS as ASGD_OPTIONS, Asgd, AsgdServer
 from .base import register
+from .in_flight import Transfer
 from .option import Option, positive
 
 
@@ -84,9 +85,18 @@ class MasgdServer(AsgdServer):
 
     def serve(self, rank):
         reply = super().serve(rank)
+        if not isinstance(reply, Transfer):     # else its update comes in arrived()
+            self._counted()
+        return reply
+
+    def arrived(self, transfer):
+        super().arrived(transfer)
+        self._counted()
+
+    def _counted(self):
+        """One more update of the delayed Nesterov period."""
         if self.delayed:
             self.in_period = (self.in_period + 1) % self.delay_period
-        return reply
 
     def update(self, rank, lo, hi):
         delta = self.incoming.data[lo:hi]

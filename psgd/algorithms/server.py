@@ -234,10 +234,11 @@ class Server(GivingUp, Algorithm):
             rec = trace.recorder
             if rec is not None:
                 began = trace.now()
-            if self._guarded(self._dispatch, *entry) is LOST:
+            served = self._guarded(self._dispatch, *entry)
+            if served is LOST:
                 continue
             stats.busy_s += time.perf_counter() - start
-            if rec is not None and entry[1] != MSG_FINISHED:
+            if rec is not None and entry[1] != MSG_FINISHED and served is None:
                 rec.add(trace.SERVE, began, trace.now(), {
                     "worker": entry[0], "sync": self.syncs - 1, "staleness": self.staleness})
 
@@ -285,6 +286,8 @@ class Server(GivingUp, Algorithm):
         super().close()
 
     def _dispatch(self, rank, message, n_k, arrived):
+        """Serve one control message; the Transfer of a sync served in the
+        background (in_flight.py), else None."""
         self.control.last_served = rank
         if self.order is not None and self.order.leads:
             self.order.tell(rank)
@@ -296,25 +299,42 @@ class Server(GivingUp, Algorithm):
             return
         self.staleness = self.syncs - self.started_from.get(rank, 0)
         reply = self.serve(rank)
-        if isinstance(reply, Transfer):         # logged once its update is applied
+        if isinstance(reply, Transfer):         # logged (and traced) once its update is in
             reply.n_k, reply.arrived = n_k, arrived
-            return
+            return reply
         self._applied(rank, n_k, reply, arrived)
+        return None
 
     def _arrivals(self):
-        """Apply the updates of the transfers in flight that are done
-        (in_flight.py); whether there were any."""
+        """Apply the updates of the transfers in flight that have arrived,
+        listen again to the workers whose reply has gone (in_flight.py);
+        whether any did."""
         done = self.in_flight.done()
         for transfer in done:
-            start = time.perf_counter()
-            self.arrived(transfer)
-            self._applied(transfer.rank, transfer.n_k, transfer.reply, transfer.arrived)
-            self.in_flight.release(transfer)
+            start, began = time.perf_counter(), trace.now()
+            rank = transfer.rank
+            if transfer.n_k is not None:        # its update: not applied yet
+                replying = transfer.replying
+                self.staleness = self.syncs - self.started_from.get(rank, 0)
+                self.arrived(transfer)          # may send the reply now (asgd)
+                self._applied(rank, transfer.n_k, transfer.reply, transfer.arrived,
+                              listen=replying)
+                transfer.n_k = None
+                if trace.recorder is not None:
+                    trace.recorder.add(trace.SERVE, began, trace.now(), {
+                        "worker": rank, "sync": self.syncs - 1, "staleness": self.staleness})
+                if not replying:
+                    self.in_flight.resume(transfer)
+            else:
+                self.control.post(rank)
+            if rank not in self.in_flight.transfers:
+                self.in_flight.release(transfer)
             self.stats.busy_s += time.perf_counter() - start
         return bool(done)
 
-    def _applied(self, rank, n_k, reply, arrived):
-        """A sync's update is in x: count and log it, listen to `rank` again."""
+    def _applied(self, rank, n_k, reply, arrived, listen=True):
+        """A sync's update is in x: count and log it, and (`listen`) receive
+        `rank`'s next control message."""
         self.staleness = self.syncs - self.started_from.get(rank, 0)
         self.stats.count_staleness(self.staleness)
         if reply is not None:
@@ -324,7 +344,8 @@ class Server(GivingUp, Algorithm):
         self.samples += n_k
         self.stats.per_worker[rank][0] += 1
         self.stats.per_worker[rank][1] += n_k
-        self.control.post(rank)
+        if listen:
+            self.control.post(rank)
         self.after_sync(rank)
 
     def serve(self, rank):

@@ -1,8 +1,8 @@
-"""easgd's server serves a worker whose exchanges crawl in the background
-(psgd/algorithms/in_flight.py): the last rank here delays its model by
-SLOW_S each sync, as a slow link would, and the others sync meanwhile. The
-run is checked against the serial replay in the order the updates were
-applied."""
+"""The server algorithms serve a worker whose exchanges crawl in the
+background (psgd/algorithms/in_flight.py): the last rank here delays its
+model traffic by SLOW_S each sync, as a slow link would, and the others
+sync meanwhile. Each run is checked against the serial replay in the order
+the updates were applied."""
 import time
 
 import numpy as np
@@ -12,6 +12,7 @@ from mpi4py import MPI
 import psgd
 import reference
 from psgd import protocol
+from psgd.algorithms import in_flight
 from psgd.buffers import host_copy
 from psgd.errors import ProtocolError
 from server_plans import drive, local, x0
@@ -19,7 +20,8 @@ from server_plans import drive, local, x0
 pytestmark = [pytest.mark.mpi(min_size=3), pytest.mark.timeout(60)]
 
 SLOW_S = 0.04       # well past in_flight.SLOW_MIN_S and a fast exchange here
-SLOW_SYNCS, FAST_SYNCS = 5, 40
+# the first RECENT of the slow worker's syncs are served in line, then it is slow
+SLOW_SYNCS, FAST_SYNCS = in_flight.RECENT + 3, 80
 ALPHA = 0.5
 
 
@@ -48,20 +50,43 @@ def worker(obj, k):
     return seen
 
 
-def test_a_crawling_exchange_is_served_in_the_background(comm):
-    check(comm)
+def cases(N):
+    """name -> (algorithm, options, replay); masgd's delayed update over
+    D = N updates, whose count must follow the updates, not the dispatches."""
+    D, m = N, 0.9
+    return {
+        "easgd": ("easgd", {"alpha": ALPHA},
+                  lambda x, log, f: reference.easgd(x, log, f, ALPHA)),
+        "asgd": ("asgd", {}, lambda x, log, f: reference.asgd(x, log, f, 1.0)),
+        "asgd dc": ("asgd", {"staleness_compensation": "dc"},
+                    lambda x, log, f: reference.asgd(x, log, f, 1.0, compensation="dc")),
+        "masgd": ("masgd", {}, lambda x, log, f: reference.asgd(x, log, f, 1 - m, m, "worker")),
+        "masgd delayed": ("masgd", {"delayed": True},
+                          lambda x, log, f: reference.asgd(x, log, f, D * (1 - m), m, delay=D)),
+    }
 
 
-def check(comm, xp=np):
+@pytest.mark.parametrize("case", ["easgd", "asgd", "asgd dc", "masgd", "masgd delayed"])
+def test_a_crawling_exchange_is_served_in_the_background(comm, case):
+    check(comm, case)
+
+
+def check(comm, case="easgd", xp=np):
     """The run against the replay (the device tests run it with `xp`)."""
-    obj, result, log, finished = drive(comm, "easgd", worker=worker, xp=xp, alpha=ALPHA)
-    center, after = reference.easgd(x0(), log, local, ALPHA)
+    name, options, replay = cases(comm.size - 1)[case]
+    obj, result, log, finished = drive(comm, name, worker=worker, xp=xp, **options)
+    center, after = replay(x0(), log, local)
     slow = comm.size - 1
     mine = log[log[:, 0] == slow]
     assert len(mine) == SLOW_SYNCS
-    # in the background: others' updates landed between its reply and its own update
-    assert (mine[:, 3] < mine[:, 2]).sum() >= 1, mine
-    assert (log[log[:, 0] != slow][:, 3] == log[log[:, 0] != slow][:, 2]).mean() > 0.5
+    if name == "easgd":
+        # others' updates landed between the x it was sent and its own update
+        assert (mine[:, 3] < mine[:, 2]).sum() >= 1, mine
+        assert (log[log[:, 0] != slow][:, 3] == log[log[:, 0] != slow][:, 2]).mean() > 0.5
+    else:
+        assert (log[:, 3] == log[:, 2] + 1).all()   # the reply follows its own update
+    started = comm.bcast(obj.in_flight.started if obj.role == "server" else None, root=0)
+    assert started >= 1                             # it was served in the background
     if obj.role == "server":
         np.testing.assert_allclose(host_copy(obj.buffer.data), center, rtol=1e-12, atol=1e-12)
         assert len(obj.in_flight) == 0
@@ -72,16 +97,17 @@ def check(comm, xp=np):
     return obj
 
 
-def test_a_server_giving_up_completes_the_transfer_in_flight_first(comm):
+@pytest.mark.parametrize("name", ["easgd", "asgd"])
+def test_a_server_giving_up_completes_the_transfer_in_flight_first(comm, name):
     """A bad control message while the slow worker's exchange is in flight:
     every rank raises, none hangs."""
     bad = 1
-    obj = psgd.create("easgd", [np.zeros(1000)], comm=comm, alpha=ALPHA)
+    obj = psgd.create(name, [np.zeros(1000)], comm=comm)
     match = "unknown control message 7 from rank %d" % bad
     if obj.role == "server":
         with pytest.raises(ProtocolError, match=match):
             obj.run()
-        assert len(obj.in_flight) == 0
+        assert len(obj.in_flight) == 0 and obj.in_flight.started >= 1
     elif comm.rank == bad:
         for _ in range(3):
             obj.synchronize(1)
@@ -99,7 +125,7 @@ def test_a_server_giving_up_completes_the_transfer_in_flight_first(comm):
             crawl(obj)
         with pytest.raises(ProtocolError, match=match):
             for t in range(200):
-                if comm.rank == comm.size - 1 and t == 2:
+                if comm.rank == comm.size - 1 and t == in_flight.RECENT:   # the next is in flight
                     comm.Send([np.zeros(1), MPI.DOUBLE], dest=bad, tag=99)
                 obj.synchronize(1)
                 time.sleep(0.003)
