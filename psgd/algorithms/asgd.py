@@ -66,10 +66,10 @@ class AsgdServer(Server):
         return reply
 
     def in_background(self, rank):
-        """A worker behind a slow link, where nothing holds or orders its
-        reply (no barrier) and its push is a plain delta (not compressed)."""
+        # and nothing holds or orders its reply (no barrier), and its push is
+        # a plain delta (not compressed)
         return (self.barrier_period <= 0 and self.decoder is None and
-                not self.survive_worker_loss and self.in_flight.slow(rank))
+                super().in_background(rank))
 
     def arrived(self, transfer):
         """x <- x + alpha * delta_k, then the reply: x as it is now."""

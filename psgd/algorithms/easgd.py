@@ -39,7 +39,7 @@ class EasgdServer(Server):
 
     def serve(self, rank):
         reply = self.syncs                      # the worker gets x before this update
-        if self.in_flight.slow(rank) and not self.survive_worker_loss:
+        if self.in_background(rank):
             return self.in_flight.start(rank, self.center_exchange, reply)  # in_flight.py
         began = time.perf_counter()
         self.center_exchange.sendrecv(rank, self.incoming_exchange)

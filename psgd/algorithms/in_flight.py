@@ -4,11 +4,11 @@ while one worker's exchange crawls over a slow link (issue 31).
 Served in line, an exchange holds the server for as long as the worker's
 model takes to cross its link: over a 20 Mbit/s link easgd's 0.2 MB model
 took ~90 ms each way while every other worker waited (benchmarks/FINDINGS.md,
-"Uneven workers"). So a worker whose last exchange took SLOW_FACTOR times
-the others' typical one, and at least SLOW_MIN_S, is served in the
-background (each rank's time the median of its last RECENT exchanges, so
-one stall of a shared core does not count). The server posts the receive of the worker's message into a
-buffer of the transfer's own and goes back to its queue; its event loop
+"Uneven workers"). So a worker whose exchanges take SLOW_FACTOR times the
+others' and at least SLOW_MIN_S (each worker's time the median of its last
+RECENT exchanges: one stall of a shared core does not count) is served in
+the background. The server posts the receive of the worker's message into
+a buffer of the transfer's own and goes back to its queue; its event loop
 tests the transfers in flight along with its control messages.
 - easgd replies with x as it is when the exchange begins: a copy, sent at
   once; the update runs with x as it is when w_k has arrived.

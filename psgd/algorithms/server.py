@@ -351,6 +351,12 @@ class Server(GivingUp, Algorithm):
     def serve(self, rank):
         raise NotImplementedError
 
+    def in_background(self, rank):
+        """Whether to serve `rank`'s sync in the background (in_flight.py):
+        its link is slow. Not when a dead worker must fail the call that
+        names it (survive_worker_loss)."""
+        return not self.survive_worker_loss and self.in_flight.slow(rank)
+
     def arrived(self, transfer):
         """The update of a sync served in the background (in_flight.py)."""
         raise NotImplementedError
