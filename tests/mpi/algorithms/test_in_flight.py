@@ -15,7 +15,9 @@ from psgd import protocol
 from psgd.algorithms import in_flight
 from psgd.buffers import host_copy
 from psgd.errors import ProtocolError
-from server_plans import drive, local, x0
+from psgd.buffers import shard_bounds
+from server_plans import SIZE, drive, local, x0
+from shard_plans import drive_sharded
 
 pytestmark = [pytest.mark.mpi(min_size=3), pytest.mark.timeout(60)]
 
@@ -95,6 +97,26 @@ def check(comm, case="easgd", xp=np):
         for t, w in enumerate(result):
             np.testing.assert_allclose(w, after[comm.rank][t], rtol=1e-12, atol=1e-12)
     return obj
+
+
+@pytest.mark.parametrize("case", ["easgd", "asgd"])
+def test_each_shard_server_serves_the_slow_worker_in_the_background(comm, case):
+    """servers = 2: each shard's server times and serves the slow worker on
+    its own; every shard's center and the workers' slices match its replay."""
+    if comm.size < 4:
+        pytest.skip("two servers and two workers need 4 ranks")
+    name, options, replay = cases(comm.size - 2)[case]
+    obj, result, logs = drive_sharded(comm, name, 2, worker=worker, **options)
+    for s, ((lo, hi), (log, _)) in enumerate(zip(shard_bounds(SIZE, 2), logs)):
+        center, after = replay(x0()[lo:hi], log, lambda k, t: local(k, t)[lo:hi])
+        if comm.rank == s:
+            np.testing.assert_allclose(host_copy(obj.center.data), center, rtol=1e-12,
+                                       atol=1e-12)
+        elif comm.rank >= 2:
+            for t, w in enumerate(result):
+                np.testing.assert_allclose(w[lo:hi], after[comm.rank][t], rtol=1e-12,
+                                           atol=1e-12)
+    assert comm.allreduce(obj.in_flight.started if obj.role == "server" else 0) >= 1
 
 
 @pytest.mark.parametrize("name", ["easgd", "asgd"])
