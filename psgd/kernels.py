@@ -127,8 +127,9 @@ def add_scaled_difference(e, w, s, weight):
     return e
 
 
-def bmuf_update(w, w_g, D, eta, zeta, nesterov, start=None):
-    """Given w = the sample-weighted mean of the workers' models, with the
+def bmuf_update(w, w_g, D, eta, zeta, nesterov, start=None, plus=None):
+    """Given w = the sample-weighted mean of the workers' models (with
+    `plus`: w + plus, added in the same pass), with the
     block having started from  s = w_g + start * D  (`start`: by default
     the look-ahead, eta under Nesterov, else 0; 0 after a round ended on w_g):
         G   = w - s                     the mean block delta
@@ -141,12 +142,17 @@ def bmuf_update(w, w_g, D, eta, zeta, nesterov, start=None):
     look = eta if nesterov else 0.0
     start = look if start is None else start
     keep, zeta, look = t(eta - zeta * start), t(zeta), t(look)
+    if not _on_gpu(w) and kernel_loops.ready(w, w_g, D, w if plus is None else plus):
+        kernel_loops.bmuf_update(w, w_g, D, keep, zeta, look, w if plus is None else plus,
+                                 plus is not None)
+        return w
+    if plus is not None and (_on_gpu(w) or _use_numexpr(w)):
+        w += plus
+        plus = None
     if _on_gpu(w):
         _kernel("bmuf", "T keep, T zeta, T look", "T w, T wg, T d",
                 "T nd = keep * d + zeta * (w - wg); T ng = wg + nd;"
                 " d = nd; wg = ng; w = ng + look * nd")(keep, zeta, look, w, w_g, D)
-    elif kernel_loops.ready(w, w_g, D):
-        kernel_loops.bmuf_update(w, w_g, D, keep, zeta, look)
     elif _use_numexpr(w):
         env = {"w": w, "g": w_g, "d": D, "keep": keep, "zeta": zeta, "look": look}
         numexpr.evaluate("keep * d + zeta * (w - g)", local_dict=env, out=D, casting="same_kind")
@@ -155,6 +161,8 @@ def bmuf_update(w, w_g, D, eta, zeta, nesterov, start=None):
     else:
         for s in _blocks(w, w_g, D):
             ws, gs, ds = w[s], w_g[s], D[s]
+            if plus is not None:
+                ws += plus[s]
             ws -= gs
             if zeta != 1:
                 ws *= zeta
@@ -164,6 +172,26 @@ def bmuf_update(w, w_g, D, eta, zeta, nesterov, start=None):
             np.multiply(ds, look, out=ws)
             ws += gs
     return w
+
+
+def bmuf_contribution(e, s, w, w_g, D, start, weight):
+    """bmuf's compressed sync under the contract's global momentum, before
+    the sum, in one pass (host buffers): the block's start point
+    s <- w_g + start * D, and e_k <- e_k + weight * (w - s). The separate
+    passes' ops in the same order: the same bits."""
+    t = e.dtype.type
+    start, weight = t(start), t(weight)
+    if kernel_loops.ready(e, s, w, w_g, D):
+        kernel_loops.bmuf_contribution(e, s, w, w_g, D, start, weight)
+        return
+
+    def step(e, s, w, w_g, D):
+        np.multiply(D, start, out=s)
+        s += w_g
+        c = np.subtract(w, s)
+        c *= weight
+        e += c
+    blockwise(step, e, s, w, w_g, D)
 
 
 def bmuf_share(e, share, w, w_g, D, start, weight, eta, zeta):

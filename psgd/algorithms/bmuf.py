@@ -77,10 +77,22 @@ class Bmuf(compressed.MomentumShares, CollectiveWorker):
         self.average(n_k, n, active, then=self._filter)
         self.start = self.block_momentum if self.nesterov else 0.0   # the look-ahead
 
-    def _filter(self, lo, hi):
+    def _filter(self, lo, hi, plus=None):
         kernels.bmuf_update(self.buffer.data[lo:hi], self.global_model.data[lo:hi],
                             self.block_momentum_buffer.data[lo:hi],
-                            self.block_momentum, self.block_lr, self.nesterov, self.start)
+                            self.block_momentum, self.block_lr, self.nesterov, self.start,
+                            plus)
+
+    def _compressed_average(self, weight, then):
+        if self.shares_momentum:
+            super()._compressed_average(weight, then)
+            return
+        # base's passes, fused: s and e_k += c_k in one, w = s + G and the filter in one
+        w, s = self.buffer.data, self.compressed.scratch
+        kernels.bmuf_contribution(self.compressed.residual, s, w, self.global_model.data,
+                                  self.block_momentum_buffer.data, self.start, weight)
+        self.compressed.sum(w, self.syncs)
+        self._filter(0, w.size, plus=s)
 
     def _feed_share(self, weight):
         # D_k <- eta D_k + zeta c_k;  e_k += D_k   (one pass, c_k never stored)

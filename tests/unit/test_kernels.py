@@ -69,6 +69,31 @@ def test_bmuf_share_gives_the_separate_passes_bits(shape, start, zeta):
 
 
 @pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("start", [0.5, 0.0, 1.0])
+def test_bmuf_contribution_gives_the_separate_passes_bits(shape, start):
+    """The start point and the error feedback's contribution (the contract's
+    global momentum) in one pass: the bits of start_point + add_delta."""
+    e, s, w, w_g, D = arrays(shape, np.float32, 5)
+    w_g.flat[:2] = [-0.0, np.nan][:w_g.size]
+    want_s = w_g.copy()
+    want_s += D * np.float32(start)
+    want_e = e + (w - want_s) * np.float32(0.25)
+    kernels.bmuf_contribution(e, s, w, w_g, D, start, 0.25)
+    assert bits(s) == bits(want_s) and bits(e) == bits(want_e)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("nesterov", [True, False])
+def test_bmuf_update_plus_gives_w_plus_s_then_the_filter(shape, nesterov):
+    w, s, w_g, D = arrays(shape, np.float32, 4)
+    s.flat[:1] = [np.inf][:s.size]
+    w2, g2, d2 = w + s, w_g.copy(), D.copy()
+    kernels.bmuf_update(w2, g2, d2, 0.75, 0.8, nesterov, 0.3)
+    kernels.bmuf_update(w, w_g, D, 0.75, 0.8, nesterov, 0.3, plus=s)
+    assert bits(w) == bits(w2) and bits(w_g) == bits(g2) and bits(D) == bits(d2)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("look", [0.5, None])
 def test_bmuf_apply_gives_the_separate_passes_bits(shape, look):
     w, w_g, D = arrays(shape, np.float32, 3)
