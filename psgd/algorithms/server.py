@@ -309,6 +309,8 @@ class Server(GivingUp, Algorithm):
         """Apply the updates of the transfers in flight that have arrived,
         listen again to the workers whose reply has gone (in_flight.py);
         whether any did."""
+        if not self.in_flight:                  # the usual case: every link alike
+            return False
         done = self.in_flight.done()
         for transfer in done:
             start, began = time.perf_counter(), trace.now()
@@ -387,7 +389,8 @@ class Server(GivingUp, Algorithm):
     def poll_control(self, block):
         """Queue the control messages that arrived (with `block`, wait for
         one); the first bad one makes the server give up."""
-        bad = self.control.poll(block, self.stats, self.syncs, also=self.in_flight.any_done)
+        bad = self.control.poll(block, self.stats, self.syncs,
+                                also=self.in_flight.any_done if self.in_flight else None)
         if bad:
             code, rank, value, text = bad[0]
             self._give_up(code, rank, value, text)
