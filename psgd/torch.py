@@ -59,6 +59,10 @@ def create(name, model, comm=None, buffers=False, bucket_mb=None, **options):
                 raise UsageError("psgd.torch syncgrad sums its buckets through MPI; "
                                  "exchange=%r is not supported with it" % options["exchange"])
             options["exchange"] = "mpi"
+            if options.get("compression_momentum") == "local":
+                raise UsageError("psgd.torch syncgrad sums gradients in buckets under backward; "
+                                 "compression_momentum=local (each rank's optimizer steps "
+                                 "summed) is bsp with DistributedOptimizer(every=1)")
     except UsageError as exc:
         error = exc
     agreement.agree(comm, error)

@@ -32,19 +32,20 @@ OPTIONS = {"compression": Option("none", kind=KINDS,
                                        help="the first K syncs go uncompressed (a warm-up; "
                                             "default 0)")}
 
-# bmuf and sod: where the momentum lives when the sums are compressed
-# (docs/algorithms.md, "Momentum shares")
+# bmuf, sod and syncgrad: where the momentum lives when the sums are
+# compressed (docs/algorithms.md, "Momentum shares")
 MOMENTUM = {"compression_momentum": Option(
     "global", kind=("global", "local"),
     help="with compression: global (the contract: the sum's rounding passes through the "
-         "momentum's gain) or local (each rank keeps its share of the momentum and the sync "
-         "sums the steps: rounding reaches the model once) (default global; the trainer's: "
-         "local)")}
+         "momentum's gain) or local (each rank keeps its share of the momentum, syncgrad's "
+         "its own optimizer, and the sync sums the steps: rounding reaches the model once) "
+         "(default global; the trainer's: local)")}
 
 
-class MomentumShares:
-    """bmuf's and sod's compression_momentum (a mixin before the algorithm
-    class): refused where it cannot apply, in one line."""
+
+class LocalMomentum:
+    """The compression_momentum option (a mixin before the algorithm class):
+    refused where it cannot apply, in one line."""
 
     @classmethod
     def resolve_options(cls, options, size, servers=1):
@@ -66,6 +67,10 @@ class MomentumShares:
     @property
     def shares_momentum(self):
         return self.compression_momentum == "local"
+
+
+class MomentumShares(LocalMomentum):
+    """bmuf's and sod's momentum shares, kept by the algorithm."""
 
     def keep_share(self, n_k, n, active):
         """Before a plain sync (compression_start): update the share, so the

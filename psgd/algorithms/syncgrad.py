@@ -17,6 +17,17 @@ in its message headers, and the tail receives their sums, so unfold() and
 close_sync() see what the plain sum would give them. A reducer's pieces are
 compressed sums of their own (compress_in_parts): each with its residuals,
 each carrying the count, still one exchange per piece and nothing else.
+
+Compressed with compression_momentum = local (docs/algorithms.md, "Momentum
+shares"), each rank steps its own optimizer on its own gradient (its share
+of the optimizer's state) and the sync sums the steps (synchronize_step):
+    u_k = step_k(g_k) = w'_k - w         rank k's optimizer, its own moments
+    u   = sum_k (b_k / b) * u_k          (compressed)
+    w  <- w + u
+For SGD and momentum, linear in g, u is the step of the mean gradient; for
+Adam each rank's moments see its own minibatch. Either way the rounding
+reaches w once, not through the optimizer: Adam's per-coordinate scale
+turned 1bit's block means of the gradient into equal steps.
 """
 import numpy as np
 from mpi4py import MPI
@@ -32,11 +43,11 @@ COUNT, BAD = -2, -1     # the tail: this rank's b_k (summed: b), ranks with a ba
 
 
 @register
-class SyncGrad(CollectiveWorker):
+class SyncGrad(compressed.LocalMomentum, CollectiveWorker):
     name = "syncgrad"
     needs_grads = True
     grad_tail = 2       # elements behind the gradients: [COUNT, BAD]
-    OPTIONS = dict(compressed.OPTIONS)
+    OPTIONS = dict(compressed.OPTIONS, **compressed.MOMENTUM)
 
     def compressed_size(self):
         """The gradients, without the count's tail (before and after
@@ -50,6 +61,7 @@ class SyncGrad(CollectiveWorker):
         self.grad_exchange = self.make_exchange(wire)
         self._wire = wire.data
         self.reducer = self     # reduce(); psgd.torch puts its buckets here
+        self._start = None      # compression_momentum=local: w before this rank's step
         self.restart()
 
     def restart(self):
@@ -69,6 +81,29 @@ class SyncGrad(CollectiveWorker):
             end = trace.now()
             rec.part(trace.EXCHANGE, start, end)
             rec.sync(start, end, self.syncs - 1, collective=True)
+        return going
+
+    def synchronize_step(self, b_k, step):
+        """One minibatch: the mean gradient, then step() (the optimizer on
+        the grads, in place); under compression_momentum=local step() on this
+        rank's own gradient first, then the mean of the steps added to the
+        model. False as synchronize()."""
+        if not self.shares_momentum:
+            going = self.synchronize(b_k)
+            if going:
+                step()
+            return going
+        w, u = self.buffer.data, self.grad_buffer.data
+        if self._start is None:
+            self._start = self.buffer.xp.empty_like(w)
+        if b_k:     # a worker out of data adds nothing (fold), and steps nothing
+            self._start[...] = w
+            step()
+            np.subtract(w, self._start, out=u)
+            w[...] = self._start
+        going = self.synchronize(b_k)
+        if going:
+            w += u
         return going
 
     def reduce(self, b_k):
@@ -164,6 +199,13 @@ class SyncGrad(CollectiveWorker):
         every step hands its model, and the arrays in `state` (the
         optimizer's moments, the same shapes on every rank), to the rest."""
         self.repair_state = list(state)
+        if self.shares_momentum:    # the others' mean step: applied here, no step missed
+            if b_k and step is None:
+                raise UsageError("syncgrad: compression_momentum=local sums optimizer steps: "
+                                 "stop(b_k=%r) needs step= for the last batch" % (b_k,))
+            while self.synchronize_step(b_k, step):
+                b_k = 0
+            return
         while self.synchronize(b_k):
             b_k = 0
             if step is not None:

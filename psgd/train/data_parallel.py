@@ -138,11 +138,10 @@ class DataParallel:
             if self.gradients_averaged:
                 frames = self.guard.check(g, frames, self._where(epoch))
                 watchdog.enter(epoch, sync.syncs)
-                more = sync.synchronize(frames)
+                more = sync.synchronize_step(frames, lambda: opt.step(w, g))
                 watchdog.leave()
                 if not more:
                     return _ended_early(epoch, loss_sum, frames_seen)
-                opt.step(w, g)
             else:
                 opt.step(w, g)
                 since += frames

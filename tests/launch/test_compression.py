@@ -46,3 +46,14 @@ def test_compressed_sod_shares_its_momentum_and_the_flag_is_checked():
                         "--compression-momentum", "local")
     assert_clean_failure(result, "bmuf: compression_momentum=local applies to compressed "
                                  "sums; compression is none")
+
+
+def test_compressed_syncgrad_sums_each_ranks_optimizer_steps():
+    """The trainer's default: each rank's Adam on its own gradient, the
+    rate x sqrt(N); rank 2 runs out of data a minibatch early (its 66
+    examples in 2 minibatches of 33, the others' 67 in 3: stop())."""
+    result = psgd_train(3, *QUICK[:-3], "--num-samples", "250", "--minibatch-size", "33",
+                        "--epochs", "2", "--algo", "syncgrad", "--compression", "1bit")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout + result.stderr
+    assert "compression_momentum local" in out and "local steps x sqrt(N)" in out

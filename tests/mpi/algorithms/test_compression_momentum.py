@@ -1,7 +1,8 @@
 """compression_momentum = local (docs/algorithms.md, "Momentum shares"):
 bmuf's and sod's compressed syncs sum each rank's step from its share of
-the momentum. Under mpirun against a serial replay (uneven counts, a rank
-out of data), bit for bit on every rank; the shares as per-worker state
+the momentum, syncgrad's each rank's step of its own optimizer. Under
+mpirun against a serial replay (uneven counts, a rank out of data), bit
+for bit on every rank; the shares as per-worker state
 (checkpoint, reset_to, a checkpoint taken under global); the switch after
 compression_start's plain syncs; the options refused in one line."""
 import numpy as np
@@ -9,8 +10,9 @@ import pytest
 
 import psgd
 from compression_replay import Replay
-from compression_schedule import (KINDS, OUTER_LR, SIZE, agree_bitwise, checkpoint_round_trip,
-                                  drive, initial, replay_syncs)
+from compression_schedule import (KINDS, OUTER_LR, SHAPES, SIZE, agree_bitwise,
+                                  checkpoint_round_trip, counts, drive, initial, replay_syncs,
+                                  step)
 from psgd import kernels
 from psgd.errors import UsageError
 
@@ -137,7 +139,80 @@ def test_plain_syncs_keep_the_shares_of_the_momentum_they_build(comm, name):
                  "compression is none"),
     ("sod", {"compression": "1bit", "outer": "adam"},
      "sod: compression_momentum=local needs a linear outer step"),
+    ("syncgrad", {}, "syncgrad: compression_momentum=local applies to compressed sums"),
 ])
 def test_local_momentum_is_refused_where_it_cannot_apply(comm, name, options, message):
     with pytest.raises(UsageError, match=message):
         psgd.create(name, initial(), comm=comm, compression_momentum="local", **options)
+
+
+class Moments:
+    """A rank's own optimizer with state, not linear in g (as Adam): what
+    syncgrad's local shares must keep per rank."""
+    LR = np.float32(0.05)
+
+    def __init__(self):
+        self.m = np.zeros(SIZE, np.float32)
+
+    def step(self, w, g):
+        self.m *= np.float32(0.5)
+        self.m += g
+        w -= self.LR * self.m / (np.abs(self.m) + np.float32(1))
+
+
+def replay_syncgrad(size, kind, block, plans):
+    """w after every sync: u_k = rank k's step on its own gradient, then
+    the compressed sum of b_k u_k over b, added to w."""
+    r = Replay(kind, size, SIZE, np.float32, block)
+    w = np.concatenate([a.ravel() for a in initial()])
+    optimizers = [Moments() for _ in range(size)]
+    out, t = [], 0
+    while any(t < len(p) for p in plans):
+        bs = [p[t] if t < len(p) else 0 for p in plans]
+        for j in range(size):
+            if bs[j]:
+                moved = w.copy()
+                optimizers[j].step(moved, step(j, t))
+                kernels.axpy(r.e[j], bs[j], np.subtract(moved, w))
+        G = r.sum()
+        G /= np.float32(sum(bs))
+        w = w.copy()
+        w += G
+        out.append(w)
+        t += 1
+    return out
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_syncgrad_local_sums_each_ranks_optimizer_steps(comm, kind):
+    """Each rank steps its own optimizer on its own gradient, the sync sums
+    the steps: bit for bit against the replay on every rank, a rank out of
+    data early (stop: it applies the others' steps and steps nothing)."""
+    size, k = comm.Get_size(), comm.Get_rank()
+    grads = [np.zeros(s, np.float32) for s in SHAPES]
+    sync = psgd.create("syncgrad", initial(), comm=comm, grads=grads, compression=kind,
+                       compression_block=50, compression_momentum="local")
+    plans = [counts(j, size) for j in range(size)]
+    mine, optimizer = Moments(), plans[k]
+    w, g = sync.buffer.data, sync.grad_buffer.data
+    seen = []
+    for t, b_k in enumerate(optimizer):
+        g[...] = step(k, t)
+        assert sync.synchronize_step(b_k, lambda: mine.step(w, g))
+        seen.append(w.copy())
+    sync.stop(0, step=lambda: pytest.fail("a rank out of data took an optimizer step"))
+    expected = replay_syncgrad(size, kind, 50, plans)
+    assert comm.allgather(w.tobytes()) == [expected[-1].tobytes()] * size, kind
+    for t, (got, want) in enumerate(zip(seen, expected)):
+        assert got.tobytes() == want.tobytes(), (kind, t, np.abs(got - want).max())
+    sync.close()
+
+
+def test_syncgrad_local_stop_with_a_last_batch_needs_its_step(comm):
+    sync = psgd.create("syncgrad", initial(), comm=comm,
+                       grads=[np.zeros(s, np.float32) for s in SHAPES], compression="1bit",
+                       compression_momentum="local")
+    with pytest.raises(UsageError, match="stop\\(b_k=3\\) needs step= for the last batch"):
+        sync.stop(3)
+    sync.stop(0)
+    sync.close()

@@ -20,7 +20,7 @@ def test_defaults_follow_the_contract():
     assert (sod["outer"], sod["outer_lr"], sod["outer_momentum"]) == ("nesterov", 0.7, 0.9)
     assert sod["compression_momentum"] == "global"
     assert resolve("bsp") == {"weighting": "samples", **COMPRESSION}
-    assert resolve("syncgrad") == COMPRESSION
+    assert resolve("syncgrad") == dict(COMPRESSION, compression_momentum="global")
 
 
 

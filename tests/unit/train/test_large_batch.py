@@ -4,7 +4,7 @@ import math
 import pytest
 
 from psgd.train import large_batch
-from psgd.train.defaults import lr_scale
+from psgd.train.defaults import lr_rule_name, lr_scale
 from psgd.train.options import make_config
 
 
@@ -120,7 +120,7 @@ def test_asgd_adds_the_mean_delta_delay_compensated_from_2_workers():
     assert algorithm_options_of(given, 8)["staleness_compensation"] == "none"
 
 
-def test_compressed_bmuf_and_sod_share_their_momentum_by_default():
+def test_compressed_bmuf_sod_and_syncgrad_share_their_momentum_by_default():
     from psgd.train.options import algorithm_options
     local = {"compression_momentum": "local"}
     bmuf = algorithm_options(make_config(algo="bmuf", compression="1bit"), 4)
@@ -130,10 +130,24 @@ def test_compressed_bmuf_and_sod_share_their_momentum_by_default():
     assert "compression_momentum" not in algorithm_options(make_config(algo="bmuf"), 4)
     assert "compression_momentum" not in algorithm_options(
         make_config(algo="sod", outer="adam", compression="1bit"), 4)     # not linear
-    assert "compression_momentum" not in algorithm_options(
-        make_config(algo="syncgrad", compression="1bit"), 4)
+    assert local.items() <= algorithm_options(
+        make_config(algo="syncgrad", compression="1bit"), 4).items()
+    assert "compression_momentum" not in algorithm_options(make_config(algo="syncgrad"), 4)
     assert algorithm_options(make_config(algo="bmuf", compression="1bit",
                                          compression_momentum="global"), 4)[
         "compression_momentum"] == "global"
     assert local.items() <= algorithm_options(
         make_config(algo="sod", outer="momentum", compression="bf16"), 2).items()
+
+
+@pytest.mark.parametrize("flags,N,k", [
+    ({"compression": "1bit"}, 4, 3.0 * 2.0),                       # Adam: x sqrt(N)
+    ({"compression": "fp16"}, 8, 3.0 * math.sqrt(8)),
+    ({"compression": "1bit", "optimizer": "momentum"}, 4, 4.0),    # linear in g: the sum's
+    ({"compression": "1bit", "compression_momentum": "global"}, 4, 3.0),
+    ({}, 4, 3.0),
+])
+def test_syncgrad_summing_local_adaptive_steps_scales_the_rate_by_sqrt_n(flags, N, k):
+    config = make_config(algo="syncgrad", **flags)
+    assert lr_scale(config, N) == pytest.approx(k)
+    assert ("local steps x sqrt(N)" in lr_rule_name(config)) == (k not in (3.0, 4.0))
