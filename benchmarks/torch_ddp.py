@@ -30,6 +30,7 @@ psgd's no_sync), the compute alone, and psgd syncgrad times its sums alone
 as run + wait - backward alone; hidden = sums alone - exposed.
 """
 import json
+import math
 import os
 import socket
 import subprocess
@@ -119,8 +120,13 @@ def child(argv):
         trained = model
         kind = torch_ddp_report.COMPRESSION.get(args.mode)
         grads = args.mode.startswith("syncgrad")
-        # bmuf_1bit: compressed, with the trainer's momentum shares
-        shares = {"compression_momentum": "local"} if args.mode == "bmuf_1bit" else {}
+        # bmuf_1bit, syncgrad_1bit_local: compressed, with the trainer's momentum shares
+        # (syncgrad's: each rank's Adam, at the trainer's rate x sqrt(N))
+        local = args.mode in ("bmuf_1bit", "syncgrad_1bit_local")
+        shares = {"compression_momentum": "local"} if local else {}
+        if args.mode == "syncgrad_1bit_local":
+            for group in opt.param_groups:
+                group["lr"] *= math.sqrt(comm.size)
         if args.keep_local_state:
             shares["reset_local_state"] = False
         if args.trainer_defaults and not grads:
@@ -176,7 +182,10 @@ def child(argv):
                 t = clock.lap("forward", t)
                 loss.backward()
                 t = clock.lap("backward", t)
-                if args.mode.startswith("syncgrad"):
+                if args.mode == "syncgrad_1bit_local":     # Adam's step, then the sums
+                    sync.synchronize(args.batch, optimizer=opt)
+                    t = clock.lap("wait", t)
+                elif args.mode.startswith("syncgrad"):
                     sync.synchronize(args.batch)   # what opt.step() does first, timed apart
                     t = clock.lap("wait", t)
                     getattr(opt, "local_step", opt.step)()
@@ -229,6 +238,9 @@ class _nothing:
         return False
 
 
+_NO_STEP = types.SimpleNamespace(step=lambda: None)
+
+
 def _sums_alone(comm, sync, repeats=8):
     """Median seconds of syncgrad's bucketed sums with nothing under them."""
     sync.begin_round()
@@ -236,7 +248,7 @@ def _sums_alone(comm, sync, repeats=8):
     for _ in range(repeats):
         comm.Barrier()
         t = time.perf_counter()
-        sync.synchronize(1)
+        sync.synchronize(1, optimizer=_NO_STEP)     # local steps: the sums of 0
         took.append(time.perf_counter() - t)
     sync.stop(0)
     return common.median(took)

@@ -59,10 +59,6 @@ def create(name, model, comm=None, buffers=False, bucket_mb=None, **options):
                 raise UsageError("psgd.torch syncgrad sums its buckets through MPI; "
                                  "exchange=%r is not supported with it" % options["exchange"])
             options["exchange"] = "mpi"
-            if options.get("compression_momentum") == "local":
-                raise UsageError("psgd.torch syncgrad sums gradients in buckets under backward; "
-                                 "compression_momentum=local (each rank's optimizer steps "
-                                 "summed) is bsp with DistributedOptimizer(every=1)")
     except UsageError as exc:
         error = exc
     agreement.agree(comm, error)
@@ -167,6 +163,11 @@ class _Bound:
         return None
 
 
+def _local_step(optimizer):
+    """The optimizer's own step (DistributedOptimizer's would synchronize)."""
+    return getattr(optimizer, "local_step", optimizer.step)
+
+
 class TorchSync(mpi.Closeable):
     """The algorithm object of this rank, for a torch model. Everything the
     NumPy API offers (role, run, begin_round, params, state_dict, close, ...)
@@ -192,10 +193,20 @@ class TorchSync(mpi.Closeable):
     def synchronize(self, n_k, optimizer=None):
         """One sync of algorithm `name` (n_k: samples since the last one).
         `optimizer`: a torch optimizer whose state bmuf resets after each sync
-        (reset_local_state, on by default), as Kaldi's trainers do."""
+        (reset_local_state, on by default), as Kaldi's trainers do. syncgrad
+        under compression_momentum=local sums the ranks' optimizer steps:
+        `optimizer` steps here, on this rank's own gradient, before the sum,
+        and no optimizer.step() follows."""
+        steps = self.buckets is not None and self.algorithm.shares_momentum
+        if steps and optimizer is None:
+            raise UsageError("syncgrad with compression_momentum=local sums the ranks' optimizer "
+                             "steps: call synchronize(n_k, optimizer=opt), which steps it")
         with _current(self._device):
             self._before()
-            more = self.algorithm.synchronize(n_k)
+            if steps:
+                more = self.algorithm.synchronize_step(n_k, _local_step(optimizer))
+            else:
+                more = self.algorithm.synchronize(n_k)
             self._after(optimizer)
         return more
 
@@ -206,8 +217,7 @@ class TorchSync(mpi.Closeable):
         with _current(self._device):
             self._before()
             if self._grads is not None:
-                step = None if optimizer is None else getattr(optimizer, "local_step",
-                                                              optimizer.step)
+                step = None if optimizer is None else _local_step(optimizer)
                 result = self.algorithm.stop(n_k, step=step)
             else:
                 result = self.algorithm.stop(n_k)

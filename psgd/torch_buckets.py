@@ -194,8 +194,8 @@ class Buckets:
                 _waited(bucket, errors)
             for k in range(self._next, len(self.buckets)):
                 for i in self.buckets[k].members:
-                    if not self._landed[i]:
-                        self._adopt(i)
+                    if not (self._landed[i] or self.algorithm.shares_momentum):
+                        self._adopt(i)  # (shares: the buffer holds the step, not the grads)
                 self._start(self.buckets[k], now=True)
                 _waited(self.buckets[k], errors)
         finally:

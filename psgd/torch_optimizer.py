@@ -28,6 +28,9 @@ class _Distributed:
     def step(self, closure=None):
         loss = closure() if closure is not None else None
         if self.sync.buckets is not None:
+            if self.sync.shares_momentum:   # compression_momentum=local: it steps before the sum
+                self.sync.synchronize(self.samples, optimizer=self)
+                return loss
             self.sync.synchronize(self.samples)
             super().step()
             return loss
@@ -66,7 +69,8 @@ class _Distributed:
 def DistributedOptimizer(optimizer, sync, samples=1, every=None):
     """`optimizer` (a torch optimizer over the model `sync` binds) made to
     synchronize through `sync` (psgd.torch.create): step() averages the
-    gradients first (syncgrad) or synchronizes every `every` steps (the
+    gradients first (syncgrad; under compression_momentum=local it steps
+    first and averages the steps) or synchronizes every `every` steps (the
     other algorithms; default 4). `samples`: what one step weighs in the
     averages (default 1: every rank alike, as DDP); with uneven batches set
     `opt.samples = len(batch)` before each backward. Returns the same object."""
@@ -92,6 +96,6 @@ def DistributedOptimizer(optimizer, sync, samples=1, every=None):
     optimizer.sync, optimizer.samples = sync, samples
     optimizer.every = every or (1 if sync.buckets is not None else DEFAULT_EVERY)
     optimizer._psgd_since = optimizer._psgd_steps = 0
-    if sync.buckets is not None:
+    if sync.buckets is not None and not sync.shares_momentum:   # steps summed: after backward
         sync.buckets.expect = lambda: optimizer.samples
     return optimizer

@@ -181,12 +181,6 @@ def test_unbindable_model_fails_on_every_rank(comm, kind, message):
         assert next(model.parameters()).grad is None
 
 
-def test_syncgrad_buckets_refuse_summed_optimizer_steps(comm):
-    with pytest.raises(psgd.UsageError, match="is bsp with DistributedOptimizer\\(every=1\\)"):
-        psgd.torch.create("syncgrad", cnn(seed=0), comm=comm, compression="1bit",
-                          compression_momentum="local")
-
-
 def test_buffers_with_a_server_algorithm_is_an_error(comm):
     with pytest.raises(psgd.UsageError, match="easgd does not average buffers"):
         psgd.torch.create("easgd", cnn(seed=0), comm=comm, buffers=True)

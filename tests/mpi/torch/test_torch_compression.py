@@ -240,3 +240,71 @@ def test_fp16_overflow_in_a_bucket_names_the_step_on_every_rank(comm, bucket_mb)
                                               r"beyond fp16's range"):
         opt.step()
     sync.close()
+
+
+@pytest.mark.parametrize("bucket_mb", [0, 25])
+def test_local_steps_sum_each_ranks_own_adam(comm, bucket_mb):
+    """compression_momentum=local: each rank's Adam steps on its own
+    gradient, each bucket sums b_k * (its step), the mean is added: bit for
+    bit a replay with one torch Adam per rank, whichever zero_grad ran; the
+    last rank runs out of data after 2 steps (it steps nothing and applies
+    the others' mean)."""
+    P, rank, last = comm.size, comm.rank, comm.size - 1
+    model = cnn(seed=rank)
+    sync = psgd.torch.create("syncgrad", model, comm=comm, bucket_mb=bucket_mb, compression="1bit",
+                             compression_block=BLOCK, compression_momentum="local")
+    opt = psgd.torch.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.01), sync)
+    n = sum(p.numel() for p in model.parameters())
+    replay = BucketReplay("1bit", P, [(b.lo, min(b.hi, n)) for b in sync.buckets.buckets])
+    shadows = [cnn(seed=0) for _ in range(P)]
+    adams = [torch.optim.Adam(s.parameters(), lr=0.01) for s in shadows]
+    w = flat(model.parameters())
+    out = []
+    for t in range(4):
+        bs = [counts(k, t) if k != last or t < 2 else 0 for k in range(P)]
+        if bs[rank]:
+            if t % 2:
+                model.zero_grad()   # set_to_none: torch's own .grad, not the flat buffer's
+            else:
+                opt.zero_grad()
+            opt.samples = bs[rank]
+            backward(model, rank, t, 0, everything)
+            opt.step()
+        else:
+            assert sync.synchronize(0, optimizer=opt)
+        steps = [np.zeros_like(w) for _ in range(P)]
+        for k in (k for k in range(P) if bs[k]):
+            start = _unflat(shadows[k], w)
+            g = gradient(shadows[k], start, k, t, everything, 1)
+            for p, (lo, hi) in zip(shadows[k].parameters(), _spans(shadows[k])):
+                p.grad = torch.as_tensor(g[lo:hi]).view(p.shape).clone()
+            adams[k].step()
+            steps[k] = np.subtract(flat(shadows[k].parameters()), w)
+        w = w + replay.mean(w, bs, steps)
+        out.append(flat(model.parameters()).tobytes() == w.tobytes())
+    assert comm.allgather(out) == [[True] * 4] * P
+    sync.stop(0, optimizer=opt)
+
+
+def _spans(model):
+    lo = 0
+    for p in model.parameters():
+        yield lo, lo + p.numel()
+        lo += p.numel()
+
+
+def _unflat(model, w):
+    """Set `model`'s parameters to the flat `w`; returns them as arrays."""
+    arrays = [w[lo:hi].reshape(p.shape) for p, (lo, hi) in zip(model.parameters(), _spans(model))]
+    with torch.no_grad():
+        for p, a in zip(model.parameters(), arrays):
+            p.copy_(torch.as_tensor(a))
+    return arrays
+
+
+def test_local_steps_need_the_optimizer_in_synchronize(comm):
+    sync = psgd.torch.create("syncgrad", cnn(seed=0), comm=comm, compression="fp16",
+                             compression_momentum="local")
+    with pytest.raises(psgd.UsageError, match="call synchronize\\(n_k, optimizer=opt\\)"):
+        sync.synchronize(1)
+    sync.stop(0)
