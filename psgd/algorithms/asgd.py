@@ -28,6 +28,7 @@ from mpi4py import MPI
 
 from .. import kernels, mpi, pieces
 from ..buffers import host_copy
+from ..errors import UsageError
 from ..protocol import TAG_MODEL
 from . import compressed, staleness
 from .base import register
@@ -117,6 +118,14 @@ class AsgdServer(Server):
         super().restart()
         if self.delay_compensation is not None:             # every x_start is x
             self.delay_compensation.reset(self.center.data)
+
+    def set_alpha(self, alpha):
+        """The center's gain on every delta from the next round on (the
+        trainer's mean delta by the workers' summed pace, shares.py)."""
+        problem = positive(alpha)
+        if problem:
+            raise UsageError("asgd: alpha %s" % problem)
+        self.alpha = float(alpha)
 
     def gain(self):
         """The factor of the delta being served (staleness_compensation = scale)."""

@@ -20,8 +20,11 @@ from . import checkpoint as ckpt
 from . import resize
 from . import shares as work_shares
 from . import whole_model
+from .defaults import asgd_paced
 from .faults import FiniteGuard
 from .metrics import ServerTotals, kaldi_log, short
+
+PACE_NOTED = 0.05   # a log line when N_eff is this far from N (shares.py)
 
 
 class DataParallel:
@@ -108,12 +111,23 @@ class DataParallel:
         self.optimizer.lr = lr
         if not first:
             self.shares.agree(epoch, say)
+            if asgd_paced(self.config):
+                self._pace_alpha(epoch, say)
             self.sync.begin_round()  # server algorithms serve one run() per epoch
         else:
             self.guard.saved()  # what --skip-nonfinite falls back on before the first sync
         if self.stream is not None and not (self.shares.by_speed and
                                             (self.stream_restored or not first)):
             self.stream.seek(epoch)      # one pass of the shard per epoch
+
+    def _pace_alpha(self, epoch, say):
+        """asgd's servers: the mean delta by the workers' summed pace."""
+        paced = self.shares.summed_pace
+        if self.is_server:
+            self.sync.set_alpha(1.0 / paced)
+        if say and abs(paced - self.num_workers) > PACE_NOTED * self.num_workers:
+            kaldi_log("epoch %d: asgd's gain on a delta 1/%.2f (the workers' summed pace)"
+                      % (epoch + 1, paced), "epoch")
 
     def train_epoch(self, epoch, progress, watchdog):
         """(loss sum, frames) of this rank's epoch; the server serves it."""

@@ -156,6 +156,17 @@ def asgd_mean(num_workers):
     return num_workers >= 2
 
 
+def asgd_paced(config):
+    """Whether the trainer's asgd divides by the workers' summed pace each
+    epoch (alpha = 1 / N_eff, shares.py) instead of N: its mean delta, an
+    alpha not given, shares by speed. With one of 4 hosts behind a slow
+    link, 1/4 took 3.5 workers' worth of deltas a round and reached 90% a
+    second after the run that left that host out (FINDINGS, "asgd: the
+    mean by the summed pace")."""
+    return (config.run.algo == "asgd" and asgd_mean(config.run.num_workers)
+            and config.flags.get("alpha") is None and config.run.work_shares == "speed")
+
+
 def asgd_lr_factor(num_workers):
     """asgd's mean delta moves the center 1/N of a worker's way per sync, so
     its local rate grows with N: max(3, N / 2), for every optimizer. Adam:

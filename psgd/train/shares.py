@@ -24,6 +24,11 @@ come round less often, as with any
 parameter server whose workers read their own input. Only the server
 algorithms can use this: a collective sync waits for every worker anyway.
 The first epoch of a job, a resumed one included, takes equal shares.
+
+The rates also give the workers' summed pace, N_eff = sum_k r_k / median_j
+r_j: N with workers alike, 3.5 with one of 4 at half speed. asgd's mean
+delta divides by it (the trainer's alpha = 1 / N_eff), so the center moves
+as far per round of the others as it would without the slow worker.
 """
 import time
 
@@ -63,6 +68,7 @@ class WorkShares:
         self.budget = own_examples     # B_k, this worker's shard, until agree()
         self.rate = self.compute_rate = float("nan")
         self.pace = 1.0            # p_k: c_k over the fastest worker's
+        self.summed_pace = None    # N_eff, once agree() knows every rate
         self.started = None
         if self.by_speed:       # every rank resolved the same kind: all gather, or none
             everyone = np.empty(comm.Get_size(), dtype=np.int64)
@@ -82,6 +88,7 @@ class WorkShares:
         self.comm.Allgather(np.array([self.rate, self.compute_rate]), rates)
         r, c = rates[self.first_worker:].T
         shares = split(int(self.all_own.sum()), r)
+        self.summed_pace = summed_pace(r)
         if self.worker_index is not None:
             self.budget = int(shares[self.worker_index])
             known = np.all(np.isfinite(c)) and np.all(c > 0)
@@ -108,6 +115,15 @@ class WorkShares:
         seconds = time.monotonic() - self.started
         self.rate = _per_second(examples, seconds)
         self.compute_rate = _per_second(examples, seconds - self.syncing)
+
+
+def summed_pace(rates):
+    """N_eff = sum_k r_k / median_j r_j; the number of workers while some
+    rate is unknown (nan or 0)."""
+    r = np.asarray(rates, dtype=np.float64)
+    if not np.all(np.isfinite(r)) or np.any(r <= 0):
+        return float(len(r))
+    return float(r.sum() / np.median(r))
 
 
 def _per_second(examples, seconds):

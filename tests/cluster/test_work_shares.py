@@ -54,3 +54,23 @@ def test_the_worker_behind_a_slow_link_takes_less_of_each_epoch(workdir, shares)
             assert one + two + three == 1600, share
     finally:
         cluster.down()
+
+
+@pytest.mark.one_mpi
+def test_asgd_divides_by_the_workers_summed_pace(workdir):
+    """The trainer's asgd mean: from the second epoch 1/N_eff, with the
+    worker behind h2's slow link counted by its rate (N_eff < N = 3)."""
+    skip_without_cluster()
+    cluster = Cluster(4, "1gbit")
+    try:
+        cluster.slow("h2", "10mbit")
+        train = ["-m", "psgd.worker", "--algo", "asgd", "--model", "mlp", "--hidden", "1024",
+                 "--num-samples", "2000", "--epochs", "3"]
+        result = cluster.mpirun(1, 4, train, timeout=240, cwd=str(workdir))
+        assert result.returncode == 0, result.stderr[-3000:]
+        gains = re.findall(r"epoch (\d): asgd's gain on a delta 1/([\d.]+) \(the workers' "
+                           r"summed pace\)", result.stdout + result.stderr)
+        assert [int(e) for e, _ in gains] == [2, 3], (result.stdout + result.stderr)[-3000:]
+        assert all(1.0 < float(n) < 2.8 for _, n in gains), gains
+    finally:
+        cluster.down()

@@ -33,3 +33,30 @@ def test_rounds_one_run_per_epoch(comm):
     else:
         with pytest.raises(psgd.UsageError, match="begin_round"):
             obj.synchronize(1)
+
+
+def test_asgd_alpha_set_between_rounds_is_the_gain_of_the_next(comm):
+    """The trainer's mean delta by the summed pace: set_alpha on the
+    server between rounds; every delta of a round added at that round's
+    gain. A bad alpha is refused in one line."""
+    alphas = [1.0, 0.25, 0.5]
+    obj = psgd.create("asgd", initial(0), comm=comm, alpha=alphas[0])
+    flat = obj.buffer.data
+    for rnd, alpha in enumerate(alphas):
+        if rnd:
+            if obj.role == "server":
+                obj.set_alpha(alpha)
+            obj.begin_round()
+        if obj.role == "server":
+            obj.run()
+        else:
+            for t in range(2):
+                flat += local(comm.rank, 10 * rnd + t)
+                obj.synchronize(1)
+            obj.stop(0)
+    if obj.role == "server":
+        expected = x0() + sum(alpha * local(k, 10 * rnd + t) for k in range(1, comm.size)
+                              for rnd, alpha in enumerate(alphas) for t in range(2))
+        np.testing.assert_allclose(flat, expected, rtol=1e-12, atol=1e-12)
+        with pytest.raises(psgd.UsageError, match="asgd: alpha must be > 0"):
+            obj.set_alpha(0.0)

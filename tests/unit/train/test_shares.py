@@ -138,3 +138,25 @@ def test_equal_shares_keep_the_block_size():
     shares.rate = 1.0
     shares.agree(1, say=False)
     assert (shares.budget, shares.sync_period(128)) == (100, 128)
+
+
+def test_the_summed_pace_counts_a_slow_worker_by_its_rate():
+    from psgd.train.shares import summed_pace
+    assert summed_pace([1.0, 1.0, 1.0, 0.5]) == pytest.approx(3.5)
+    assert summed_pace([2.0, 2.1, 1.9, 2.0]) == pytest.approx(4.0)     # alike: N
+    assert summed_pace([1.0, 1.0, 2.0]) == pytest.approx(4.0)          # a fast one: more
+    assert summed_pace([1.0, float("nan"), 1.0]) == 3.0                 # unknown: N
+    assert summed_pace([1.0, 0.0]) == 2.0
+
+
+@pytest.mark.parametrize("flags,size,paced", [
+    ({"algo": "asgd"}, 5, True),                            # 1 server, 4 workers
+    ({"algo": "asgd", "alpha": 0.25}, 5, False),            # the user's alpha
+    ({"algo": "asgd", "work_shares": "equal"}, 5, False),
+    ({"algo": "asgd"}, 2, False),                           # 1 worker: no mean
+    ({"algo": "masgd"}, 5, False),
+    ({"algo": "asgd", "barrier_period": 4}, 5, False),      # one service order: equal shares
+])
+def test_the_trainers_asgd_divides_by_the_summed_pace(flags, size, paced):
+    from psgd.train.defaults import asgd_paced
+    assert asgd_paced(resolve(make_config(**flags), size)) == paced
