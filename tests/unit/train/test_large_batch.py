@@ -142,7 +142,8 @@ def test_compressed_bmuf_sod_and_syncgrad_share_their_momentum_by_default():
 
 @pytest.mark.parametrize("flags,N,k", [
     ({"compression": "1bit"}, 4, 3.0 * 2.0),                       # Adam: x sqrt(N)
-    ({"compression": "fp16"}, 8, 3.0 * math.sqrt(8)),
+    ({"compression": "fp16"}, 2, 2.0 * math.sqrt(2)),
+    ({"compression": "fp16"}, 8, 3.0 * 2.0),                       # at most x2
     ({"compression": "1bit", "optimizer": "momentum"}, 4, 4.0),    # linear in g: the sum's
     ({"compression": "1bit", "compression_momentum": "global"}, 4, 3.0),
     ({}, 4, 3.0),
@@ -150,4 +151,6 @@ def test_compressed_bmuf_sod_and_syncgrad_share_their_momentum_by_default():
 def test_syncgrad_summing_local_adaptive_steps_scales_the_rate_by_sqrt_n(flags, N, k):
     config = make_config(algo="syncgrad", **flags)
     assert lr_scale(config, N) == pytest.approx(k)
-    assert ("local steps x sqrt(N)" in lr_rule_name(config)) == (k not in (3.0, 4.0))
+    named = "local steps x min(sqrt(N), 2)" in lr_rule_name(config)
+    assert named == (lr_scale(config, N) != lr_scale(make_config(algo="syncgrad", **dict(
+        flags, compression_momentum="global")), N))
