@@ -42,7 +42,6 @@ MOMENTUM = {"compression_momentum": Option(
          "(default global; the trainer's: local)")}
 
 
-
 class LocalMomentum:
     """The compression_momentum option (a mixin before the algorithm class):
     refused where it cannot apply, in one line."""

@@ -99,7 +99,7 @@ class SyncGrad(compressed.LocalMomentum, CollectiveWorker):
         if b_k:     # a worker out of data adds nothing (fold), and steps nothing
             self._start[...] = w
             step()
-            np.subtract(w, self._start, out=u)
+            self.buffer.xp.subtract(w, self._start, out=u)
             w[...] = self._start
         going = self.synchronize(b_k)
         if going:
