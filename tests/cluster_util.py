@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from launch_util import LAUNCHER_DID_NOT_START, ROOT, job_env
+from launch_util import ROOT, job_env, run_job
 
 TOOL = os.path.join(ROOT, "bin", "psgd-local-cluster")
 LAUNCHER = os.path.join(os.path.dirname(sys.executable), "mpirun")
@@ -110,14 +110,8 @@ class Cluster:
         return dict(job_env(env), MPIEXEC=LAUNCHER, OMP_NUM_THREADS="1", **self.env)
 
     def mpirun(self, per_host, np_, argv, order="block", timeout=180, env=None, cwd=None):
-        cmd = self.mpirun_command(per_host, np_, argv, order)
-        for attempt in range(2):
-            result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                                    env=self.job_env(env), cwd=cwd or ROOT,
-                                    stdin=subprocess.DEVNULL)
-            if LAUNCHER_DID_NOT_START not in result.stderr:
-                break
-        return result
+        return run_job(self.mpirun_command(per_host, np_, argv, order), timeout,
+                       self.job_env(env), cwd or ROOT)
 
     def start_mpirun(self, per_host, np_, argv, stdout, stderr, order="block", env=None,
                      cwd=None):

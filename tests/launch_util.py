@@ -17,10 +17,16 @@ LAUNCHER_DID_NOT_START = "The PMIx server's listener thread failed to start"
 
 def mpirun(np, argv, timeout=120, env=None, cwd=None):
     """CompletedProcess of `mpirun -np NP python ARGV...` (argv after python)."""
-    cmd = mpirun_command(np) + [sys.executable] + list(argv)
+    return run_job(mpirun_command(np) + [sys.executable] + list(argv), timeout, job_env(env),
+                   cwd or ROOT)
+
+
+def run_job(cmd, timeout, env, cwd):
+    """CompletedProcess of the MPI job `cmd`, started once more where the
+    launcher did not start it (LAUNCHER_DID_NOT_START)."""
     for attempt in range(2):
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                                env=job_env(env), cwd=cwd or ROOT, stdin=subprocess.DEVNULL)
+                                env=env, cwd=cwd, stdin=subprocess.DEVNULL)
         if LAUNCHER_DID_NOT_START not in result.stderr:
             break
     return result

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from launch_util import (MPIRUN, ROOT, _mpi_flavour, assert_clean_failure, error_lines,
-                         job_env, mpirun, mpirun_command, psgd_train)
+                         job_env, mpirun, mpirun_command, psgd_train, run_job)
 
 pytestmark = pytest.mark.skipif(not os.path.exists(MPIRUN), reason="no mpirun beside python")
 
@@ -28,8 +28,7 @@ def with_ft(np_, argv, tmp_path, timeout=120):
     """The job under `mpirun --with-ft ulfm`."""
     cmd = mpirun_command(np_)
     cmd = cmd[:1] + ["--with-ft", "ulfm"] + cmd[1:] + [sys.executable] + list(argv)
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path,
-                          env=job_env({"PSGD_TRACEBACK": ""}), stdin=subprocess.DEVNULL)
+    return run_job(cmd, timeout, job_env({"PSGD_TRACEBACK": ""}), tmp_path)
 
 
 def rows(path):
