@@ -186,6 +186,12 @@ class TorchSync(mpi.Closeable):
     def __getattr__(self, name):
         return getattr(self.algorithm, name)
 
+    @property
+    def sums_steps(self):
+        """syncgrad under compression_momentum=local: the buckets sum each
+        rank's optimizer step, taken after backward, not its gradients."""
+        return self.buckets is not None and self.algorithm.shares_momentum
+
     def __repr__(self):
         return "<psgd.torch %s %s on %s>" % (self.algorithm.name, self.algorithm.role,
                                              self._device)
@@ -197,7 +203,7 @@ class TorchSync(mpi.Closeable):
         under compression_momentum=local sums the ranks' optimizer steps:
         `optimizer` steps here, on this rank's own gradient, before the sum,
         and no optimizer.step() follows."""
-        steps = self.buckets is not None and self.algorithm.shares_momentum
+        steps = self.sums_steps
         if steps and optimizer is None:
             raise UsageError("syncgrad with compression_momentum=local sums the ranks' optimizer "
                              "steps: call synchronize(n_k, optimizer=opt), which steps it")

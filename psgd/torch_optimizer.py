@@ -28,7 +28,7 @@ class _Distributed:
     def step(self, closure=None):
         loss = closure() if closure is not None else None
         if self.sync.buckets is not None:
-            if self.sync.shares_momentum:   # compression_momentum=local: it steps before the sum
+            if self.sync.sums_steps:        # the optimizer steps before the sum
                 self.sync.synchronize(self.samples, optimizer=self)
                 return loss
             self.sync.synchronize(self.samples)
@@ -96,6 +96,6 @@ def DistributedOptimizer(optimizer, sync, samples=1, every=None):
     optimizer.sync, optimizer.samples = sync, samples
     optimizer.every = every or (1 if sync.buckets is not None else DEFAULT_EVERY)
     optimizer._psgd_since = optimizer._psgd_steps = 0
-    if sync.buckets is not None and not sync.shares_momentum:   # steps summed: after backward
+    if sync.buckets is not None and not sync.sums_steps:   # steps: summed after backward
         sync.buckets.expect = lambda: optimizer.samples
     return optimizer

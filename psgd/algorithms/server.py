@@ -231,16 +231,13 @@ class Server(GivingUp, Algorithm):
                     continue
                 entry = self.control.popleft()
             start = time.perf_counter()
-            rec = trace.recorder
-            if rec is not None:
-                began = trace.now()
+            began = trace.now() if trace.recorder is not None else None
             served = self._guarded(self._dispatch, *entry)
             if served is LOST:
                 continue
             stats.busy_s += time.perf_counter() - start
-            if rec is not None and entry[1] != MSG_FINISHED and served is None:
-                rec.add(trace.SERVE, began, trace.now(), {
-                    "worker": entry[0], "sync": self.syncs - 1, "staleness": self.staleness})
+            if began is not None and entry[1] != MSG_FINISHED and served is None:
+                self._traced_serve(entry[0], began)
 
     def one_order(self):
         """Whether every shard must serve in one order (subclasses say)."""
@@ -297,7 +294,7 @@ class Server(GivingUp, Algorithm):
             self.finished.append((rank, self.syncs))
             self.worker_finished(rank)
             return
-        self.staleness = self.syncs - self.started_from.get(rank, 0)
+        self._note_staleness(rank)
         reply = self.serve(rank)
         if isinstance(reply, Transfer):         # logged (and traced) once its update is in
             reply.n_k, reply.arrived = n_k, arrived
@@ -313,18 +310,18 @@ class Server(GivingUp, Algorithm):
             return False
         done = self.in_flight.done()
         for transfer in done:
-            start, began = time.perf_counter(), trace.now()
+            start = time.perf_counter()
+            began = trace.now() if trace.recorder is not None else None
             rank = transfer.rank
             if transfer.n_k is not None:        # its update: not applied yet
                 replying = transfer.replying
-                self.staleness = self.syncs - self.started_from.get(rank, 0)
+                self._note_staleness(rank)
                 self.arrived(transfer)          # may send the reply now (asgd)
                 self._applied(rank, transfer.n_k, transfer.reply, transfer.arrived,
                               listen=replying)
                 transfer.n_k = None
-                if trace.recorder is not None:
-                    trace.recorder.add(trace.SERVE, began, trace.now(), {
-                        "worker": rank, "sync": self.syncs - 1, "staleness": self.staleness})
+                if began is not None:
+                    self._traced_serve(rank, began)
                 if not replying:
                     self.in_flight.resume(transfer)
             else:
@@ -337,8 +334,7 @@ class Server(GivingUp, Algorithm):
     def _applied(self, rank, n_k, reply, arrived, listen=True):
         """A sync's update is in x: count and log it, and (`listen`) receive
         `rank`'s next control message."""
-        self.staleness = self.syncs - self.started_from.get(rank, 0)
-        self.stats.count_staleness(self.staleness)
+        self.stats.count_staleness(self._note_staleness(rank))
         if reply is not None:
             self.started_from[rank] = reply
         self.log.append(Service(rank, n_k, self.syncs, reply, arrived, self.staleness))
@@ -349,6 +345,15 @@ class Server(GivingUp, Algorithm):
         if listen:
             self.control.post(rank)
         self.after_sync(rank)
+
+    def _note_staleness(self, rank):
+        """Updates x took since `rank` got its copy: the sync served now."""
+        self.staleness = self.syncs - self.started_from.get(rank, 0)
+        return self.staleness
+
+    def _traced_serve(self, rank, began):
+        trace.recorder.add(trace.SERVE, began, trace.now(), {
+            "worker": rank, "sync": self.syncs - 1, "staleness": self.staleness})
 
     def serve(self, rank):
         raise NotImplementedError

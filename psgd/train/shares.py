@@ -46,7 +46,7 @@ def split(total, rates):
     """Integers proportional to `rates` summing to `total`, each at least 1
     where total allows (largest remainders); equal for rates of 0 or nan."""
     r = np.asarray(rates, dtype=np.float64)
-    if not np.all(np.isfinite(r)) or np.any(r <= 0):
+    if not _known(r):
         r = np.ones(len(r))
     exact = total * r / r.sum()
     shares = np.floor(exact).astype(np.int64)
@@ -91,8 +91,7 @@ class WorkShares:
         self.summed_pace = summed_pace(r)
         if self.worker_index is not None:
             self.budget = int(shares[self.worker_index])
-            known = np.all(np.isfinite(c)) and np.all(c > 0)
-            self.pace = float(c[self.worker_index] / c.max()) if known else 1.0
+            self.pace = float(c[self.worker_index] / c.max()) if _known(c) else 1.0
         if say and np.min(shares / np.maximum(self.all_own, 1)) < 1 - NOTED:
             slow = int(np.argmin(shares))
             kaldi_log("epoch %d: work shares by speed, examples per worker %s (rank %d "
@@ -121,9 +120,12 @@ def summed_pace(rates):
     """N_eff = sum_k r_k / median_j r_j; the number of workers while some
     rate is unknown (nan or 0)."""
     r = np.asarray(rates, dtype=np.float64)
-    if not np.all(np.isfinite(r)) or np.any(r <= 0):
-        return float(len(r))
-    return float(r.sum() / np.median(r))
+    return float(r.sum() / np.median(r)) if _known(r) else float(len(r))
+
+
+def _known(rates):
+    """Every rate measured: finite and above 0."""
+    return bool(np.all(np.isfinite(rates)) and np.all(rates > 0))
 
 
 def _per_second(examples, seconds):
