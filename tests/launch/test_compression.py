@@ -41,7 +41,8 @@ def test_compressed_sod_shares_its_momentum_and_the_flag_is_checked():
     result = psgd_train(2, *QUICK[:-1], "--epochs", "1", "--algo", "sod", "--compression",
                         "1bit")
     assert result.returncode == 0, result.stderr
-    assert "compression_momentum local" in result.stdout + result.stderr
+    out = result.stdout + result.stderr
+    assert "compression_momentum local" in out and "outer_momentum 0.8" in out
     result = psgd_train(2, *QUICK, "--epochs", "1", "--algo", "bmuf",
                         "--compression-momentum", "local")
     assert_clean_failure(result, "bmuf: compression_momentum=local applies to compressed "

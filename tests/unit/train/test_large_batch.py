@@ -133,6 +133,9 @@ def test_compressed_bmuf_sod_and_syncgrad_share_their_momentum_by_default():
     assert local.items() <= algorithm_options(
         make_config(algo="syncgrad", compression="1bit"), 4).items()
     assert "compression_momentum" not in algorithm_options(make_config(algo="syncgrad"), 4)
+    for quantizer in ("fp16", "bf16"):       # syncgrad's own optimizer on the sum
+        assert "compression_momentum" not in algorithm_options(
+            make_config(algo="syncgrad", compression=quantizer), 4)
     assert algorithm_options(make_config(algo="bmuf", compression="1bit",
                                          compression_momentum="global"), 4)[
         "compression_momentum"] == "global"
@@ -140,10 +143,33 @@ def test_compressed_bmuf_sod_and_syncgrad_share_their_momentum_by_default():
         make_config(algo="sod", outer="momentum", compression="bf16"), 2).items()
 
 
+def test_1bit_lightens_the_momentum_bmuf_and_sod_send():
+    keep = {"reset_local_state": False, "compression": "1bit", "compression_momentum": "local"}
+    bmuf = [algorithm_options_of(make_config(algo="bmuf", compression="1bit"), n)
+            for n in (1, 2, 4, 8)]
+    assert bmuf == [dict(keep, block_momentum=eta) for eta in (0.0, 0.3, 0.3, 0.3)]
+    for quantizer in ("fp16", "bf16"):
+        assert algorithm_options_of(make_config(algo="bmuf", compression=quantizer), 4)[
+            "block_momentum"] == 0.5
+    assert algorithm_options_of(make_config(algo="bmuf", compression="1bit",
+                                            block_momentum=0.7), 4)["block_momentum"] == 0.7
+    sod = algorithm_options_of(make_config(algo="sod", compression="1bit"), 4)
+    assert sod["outer_momentum"] == 0.8 and sod["outer_lr"] == 0.7
+    assert algorithm_options_of(make_config(algo="sod", compression="1bit", outer="nesterov",
+                                            outer_momentum=0.95), 2)["outer_momentum"] == 0.95
+    assert "outer_momentum" not in algorithm_options_of(make_config(algo="sod"), 4)
+    assert "outer_momentum" not in algorithm_options_of(
+        make_config(algo="sod", compression="fp16"), 4)
+    assert "outer_momentum" not in algorithm_options_of(      # its rate is the user's
+        make_config(algo="sod", outer="momentum", compression="1bit"), 4)
+
+
 @pytest.mark.parametrize("flags,N,k", [
     ({"compression": "1bit"}, 4, 3.0 * 2.0),                       # Adam: x sqrt(N)
-    ({"compression": "fp16"}, 2, 2.0 * math.sqrt(2)),
-    ({"compression": "fp16"}, 8, 3.0 * 2.0),                       # at most x2
+    ({"compression": "1bit"}, 2, 2.0 * math.sqrt(2)),
+    ({"compression": "1bit"}, 8, 3.0 * 2.0),                       # at most x2
+    ({"compression": "fp16"}, 4, 3.0),                             # Adam on the sum
+    ({"compression": "bf16"}, 8, 3.0),
     ({"compression": "1bit", "optimizer": "momentum"}, 4, 4.0),    # linear in g: the sum's
     ({"compression": "1bit", "compression_momentum": "global"}, 4, 3.0),
     ({}, 4, 3.0),
