@@ -79,7 +79,7 @@ def child(argv):
     import psgd.torch
     from psgd.data import load_mnist1d, shard_range
     p = common.child_args()
-    p.add_argument("--mode", choices=torch_ddp_report.MODES + ("sod",), required=True)
+    p.add_argument("--mode", choices=torch_ddp_report.MODES + ("sod", "sod_1bit"), required=True)
     p.add_argument("--model", choices=sorted(MODELS), default="cnn")
     p.add_argument("--hidden", type=int, default=None,
                    help="the FC layer's width (default: --model's)")
@@ -120,9 +120,9 @@ def child(argv):
         trained = model
         kind = torch_ddp_report.COMPRESSION.get(args.mode)
         grads = args.mode.startswith("syncgrad")
-        # bmuf_1bit, syncgrad_1bit_local: compressed, with the trainer's momentum shares
-        # (syncgrad's: each rank's Adam, at the trainer's rate x sqrt(N))
-        local = args.mode in ("bmuf_1bit", "syncgrad_1bit_local")
+        # bmuf_1bit, sod_1bit, syncgrad_1bit_local: compressed, with the trainer's momentum
+        # shares (syncgrad's: each rank's Adam, at the trainer's rate x sqrt(N))
+        local = args.mode in ("bmuf_1bit", "sod_1bit", "syncgrad_1bit_local")
         shares = {"compression_momentum": "local"} if local else {}
         if args.mode == "syncgrad_1bit_local":
             for group in opt.param_groups:
