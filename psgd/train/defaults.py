@@ -137,9 +137,9 @@ def BMUF_MOMENTUM(N):
 
 # With 1bit each rank sends its momentum share, about its block delta times
 # the momentum's gain 1 / (1 - eta), and 1bit's rounding residual grows with
-# what it sends: eta 0.3 (gain 1.4, not 2) ended 1.0 point closer to `none`
-# on the Kaldi corpus at 4 workers (benchmarks/FINDINGS.md, "1bit: a lighter
-# momentum").
+# what it sends: eta 0.3 (gain 1.4, not 2) ended 1.3 points closer to `none`
+# on the Kaldi corpus at 4 workers, 6 seeds (benchmarks/FINDINGS.md, "1bit: a
+# lighter momentum for bmuf and sod").
 def BMUF_1BIT_MOMENTUM(N):
     return min(BMUF_MOMENTUM(N), 0.3)
 
@@ -156,8 +156,8 @@ def SOD_OUTER_LR(N):
 
 
 # sod with 1bit: the outer momentum 0.8 (gain 5, not 10) for the same reason
-# as BMUF_1BIT_MOMENTUM: with 0.9 sod ended 1.2-2.1 points behind `none` on
-# the Kaldi corpus from 4 to 8 workers, with 0.8 within 0.1.
+# as BMUF_1BIT_MOMENTUM: with 0.9 sod ended 1.5-1.7 points behind `none` on
+# the Kaldi corpus at 4 and 8 workers, with 0.8 within 0.1.
 SOD_1BIT_MOMENTUM = 0.8
 
 
