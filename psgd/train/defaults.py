@@ -83,8 +83,10 @@ def _trainer_defaults(algo, N, given):
         return {"alpha": max(0.9 / N, 0.3)}
     one_bit = given.get("compression") == "1bit"
     if algo == "sod" and given.get("outer") in (None, "nesterov"):
-        return dict({"outer_lr": SOD_OUTER_LR(N)},
-                    **({"outer_momentum": SOD_1BIT_MOMENTUM} if one_bit else {}))
+        options = {"outer_lr": SOD_OUTER_LR(N)}
+        if one_bit:
+            options["outer_momentum"] = SOD_1BIT_MOMENTUM
+        return options
     if algo == "bmuf":
         eta = BMUF_1BIT_MOMENTUM(N) if one_bit else BMUF_MOMENTUM(N)
         return {"block_momentum": eta, "reset_local_state": False}
