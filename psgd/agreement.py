@@ -4,6 +4,7 @@ exception ends the whole job with one line instead of hanging it
 (abort_on_error). Only int64 flags, hashes and UTF-8 text cross the wire."""
 import hashlib
 import json
+import os
 import sys
 import time
 
@@ -11,7 +12,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import settings
-from .errors import CollectiveError, CollectiveUsageError, UsageError
+from .errors import CollectiveError, CollectiveUsageError, ServerDiedError, UsageError
 
 
 # Agreement: errors and layouts -------------------------------------------------
@@ -116,6 +117,8 @@ def abort_on_error(comm=None):
             if settings.get("PSGD_TRACEBACK"):
                 previous(kind, value, tb)
             sys.stderr.write("psgd: rank %d failed: %s: %s\n" % (comm.rank, kind.__name__, value))
+        if issubclass(kind, ServerDiedError):
+            end(1)          # every worker knows (errors.ServerDiedError): no Abort
         abort(1, comm)
 
     sys.excepthook = hook
@@ -132,3 +135,12 @@ def abort(code, comm=None):
     # moment to say it before this rank's Abort takes the job down.
     time.sleep(ABORT_GRACE)
     (comm if comm is not None else MPI.COMM_WORLD).Abort(code)
+
+
+def end(code):
+    """End this rank alone, with exit status `code`, where every other rank
+    ends itself too: the grace lets the others say why before the launcher
+    takes the first non-zero exit for the job's and ends them."""
+    sys.stderr.flush()
+    time.sleep(ABORT_GRACE)
+    os._exit(code)

@@ -38,5 +38,14 @@ class ProtocolError(CollectiveError):
     every running worker."""
 
 
+class ServerDiedError(RuntimeError):
+    """A server algorithm's server died under ULFM. Every surviving worker
+    meets the failure on its own, so each ends itself (exit status 1)
+    instead of taking the job down with MPI_Abort: an Abort's kill could
+    reach every worker before its own exit, and Open MPI's launcher under
+    --with-ft ulfm, which ignores the dead server's signal, then reported
+    status 0 (one CI run)."""
+
+
 def is_collective(exc):
     return isinstance(exc, Collective)

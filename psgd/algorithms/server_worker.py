@@ -20,7 +20,7 @@ from mpi4py import MPI
 
 from .. import mpi, pieces, trace, ulfm
 from ..buffers import shard_bounds
-from ..errors import ProtocolError, UsageError
+from ..errors import ProtocolError, ServerDiedError, UsageError
 from ..protocol import MSG_FINISHED, MSG_SYNC, NOTICE_DONE, TAG_MSG, TAG_NOTICE, notice_text
 from .base import Algorithm
 from .sample_count import check_count
@@ -32,7 +32,7 @@ NO_NOTICE = -1      # a notice slot not yet written
 
 def _server_may_die(method):
     """Under ULFM a dead server is an MPI error in whatever call meets it:
-    say which rank died (no job survives its server)."""
+    say so (no job survives its server)."""
     @functools.wraps(method)
     def guarded(self, *args, **kwargs):
         try:
@@ -40,7 +40,7 @@ def _server_may_die(method):
         except MPI.Exception as exc:
             if not ulfm.failed_on(exc, self.comm):
                 raise
-            raise RuntimeError("the %s server died (%s): a job goes on after a "
+            raise ServerDiedError("the %s server died (%s): a job goes on after a "
                                "worker's death, not its server's" % (
                                    self.name, exc.Get_error_string()
                                    )) from None
