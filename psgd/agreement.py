@@ -113,12 +113,13 @@ def abort_on_error(comm=None):
             previous(kind, value, tb)
         elif issubclass(kind, (UsageError, CollectiveError)):
             sys.stderr.write("psgd: error: %s\n" % value)
+        elif issubclass(kind, ServerDiedError):     # no fault of this rank's
+            sys.stderr.write("psgd: error: rank %d: %s\n" % (comm.rank, value))
+            end(1)          # every worker knows: no Abort (errors.ServerDiedError)
         else:
             if settings.get("PSGD_TRACEBACK"):
                 previous(kind, value, tb)
             sys.stderr.write("psgd: rank %d failed: %s: %s\n" % (comm.rank, kind.__name__, value))
-        if issubclass(kind, ServerDiedError):
-            end(1)          # every worker knows (errors.ServerDiedError): no Abort
         abort(1, comm)
 
     sys.excepthook = hook

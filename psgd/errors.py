@@ -39,12 +39,21 @@ class ProtocolError(CollectiveError):
 
 
 class ServerDiedError(RuntimeError):
-    """A server algorithm's server died under ULFM. Every surviving worker
-    meets the failure on its own, so each ends itself (exit status 1)
-    instead of taking the job down with MPI_Abort: an Abort's kill could
+    """A server algorithm's server (rank 0) died under ULFM. Every surviving
+    worker meets the failure on its own, so each ends itself (exit status
+    1) instead of taking the job down with MPI_Abort: an Abort's kill could
     reach every worker before its own exit, and Open MPI's launcher under
     --with-ft ulfm, which ignores the dead server's signal, then reported
     status 0 (one CI run)."""
+
+    def __init__(self, algo, how, host=None):
+        super().__init__("the %s server (rank 0%s) %s: a job goes on after a worker's death, "
+                         "not its server's" % (algo, " on %s" % host if host else "", how))
+        self.algo, self.how = algo, how
+
+    def on(self, host):
+        """The same error, naming the server's host."""
+        return ServerDiedError(self.algo, self.how, host)
 
 
 def is_collective(exc):

@@ -40,10 +40,7 @@ def _server_may_die(method):
         except MPI.Exception as exc:
             if not ulfm.failed_on(exc, self.comm):
                 raise
-            raise ServerDiedError("the %s server died (%s): a job goes on after a "
-                               "worker's death, not its server's" % (
-                                   self.name, exc.Get_error_string()
-                                   )) from None
+            raise ServerDiedError(self.name, "died (%s)" % exc.Get_error_string()) from None
     return guarded
 
 

@@ -22,7 +22,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import agreement, ulfm
-from ..errors import CollectiveUsageError, UsageError
+from ..errors import CollectiveUsageError, ServerDiedError, UsageError
 from .metrics import kaldi_log
 
 
@@ -82,6 +82,15 @@ class Survival:
         self.comm, self.hosts = comm.Dup(), hosts
 
     @contextlib.contextmanager
+    def training(self, trainer):
+        """Around an epoch's steps and syncs: a dead server's error, raised
+        where a sync met it, names the server's host."""
+        try:
+            yield
+        except ServerDiedError as exc:
+            raise exc.on(self.hosts[0]) from None
+
+    @contextlib.contextmanager
     def epoch_end(self, trainer, epoch, train, lr, wall):
         """Around the end of an epoch (its collectives: evaluation, metrics,
         checkpoint), then the check. A rank whose collective fails on a dead
@@ -111,8 +120,8 @@ class Survival:
         LOST.extend(lost)
         trainer.abandon(lost)       # its close() would free communicators with the dead
         if 0 in lost:
-            raise RuntimeError("rank 0 (the server) was lost as the job ended: the final "
-                               "model may be incomplete")
+            raise ServerDiedError(trainer.config.run.algo, "was lost as the job ended (the "
+                                  "final model may be incomplete)", self.hosts[0])
         if trainer.main:
             kaldi_log("lost %s as the job ended (the process died), after the last epoch's "
                       "work was in" % _ranks_by_host(lost, self.hosts), "survive")
@@ -125,7 +134,8 @@ class Survival:
         survivors, lost = ulfm.shrink(self.comm)
         LOST.extend(lost)
         if 0 in lost:
-            raise RuntimeError("rank 0 (the server) was lost: the job cannot go on")
+            raise ServerDiedError(trainer.config.run.algo, "was lost in epoch %d" % (epoch + 1),
+                                  self.hosts[0])
         if survivors.Get_size() < 2:
             raise CollectiveUsageError(
                 "every worker was lost (rank%s %s, in epoch %d): no worker is left to train%s" % (

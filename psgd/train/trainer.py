@@ -183,15 +183,16 @@ class Trainer(mpi.Closeable):
         if self.handoff is not None:        # the end of the epoch that lost workers, again
             h = self.handoff
             start = h.started               # the job's wall clock goes on through the handover
-            with self._surviving(h.epoch, h.train, h.lr, time.time() - start):
+            with self._surviving("epoch_end", h.epoch, h.train, h.lr, time.time() - start):
                 row = self.end_epoch(h.epoch, h.train, time.time() - start, h.lr, h.syncs)
                 self._checkpoint_if_due(h.epoch, start)
         for epoch in range(self.start_epoch, run.epochs):
             lr = self.schedule.lr * self.schedule.fraction(epoch, run.epochs) * \
                 warmup_factor(epoch, opt.lr_scale, opt.warmup_epochs)
             self.parallel.begin_epoch(epoch, epoch == self.start_epoch, lr, self.say)
-            train = self.parallel.train_epoch(epoch, progress, self.watchdog)
-            with self._surviving(epoch, train, lr, time.time() - start):
+            with self._surviving("training"):
+                train = self.parallel.train_epoch(epoch, progress, self.watchdog)
+            with self._surviving("epoch_end", epoch, train, lr, time.time() - start):
                 self.timeline.arrive()
                 self.watchdog.epoch_end(epoch)
                 row = self.end_epoch(epoch, train, time.time() - start, lr)
@@ -201,24 +202,18 @@ class Trainer(mpi.Closeable):
             if self.schedule.done:
                 break
         progress.close()
-        with self._surviving_end():
+        with self._surviving("job_end"):
             self.watchdog.close()
             self.finish()
         return row
 
-    def _surviving(self, epoch, train, lr, wall):
-        """The end of an epoch, where a job that survives workers' deaths
-        checks for them (survival.py)."""
+    def _surviving(self, stage, *args):
+        """Where a job that survives workers' deaths checks for them
+        (survival.py): an epoch's training, the end of an epoch (its
+        collectives) and the job's last collectives."""
         if self.survival is None:
             return contextlib.nullcontext()
-        return self.survival.epoch_end(self, epoch, train, lr, wall)
-
-    def _surviving_end(self):
-        """The job's last collectives, which a worker's death no longer
-        stops (survival.py)."""
-        if self.survival is None:
-            return contextlib.nullcontext()
-        return self.survival.job_end(self)
+        return getattr(self.survival, stage)(self, *args)
 
     def _checkpoint_if_due(self, epoch, start):
         if self.checkpointer and ((epoch + 1) % self.config.outputs.checkpoint_every == 0
