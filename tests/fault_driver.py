@@ -9,7 +9,9 @@ then runs the real CLI, psgd.worker.main. psgd itself has no test hooks.
 FAULT keys: what (raise | sleep | nan | kill-in-save | slow | die), rank, epoch,
 step, every (nan from `step` on), seconds (sleep; slow: added to every step),
 factor (slow: every step of the rank takes this much longer, from the start), sync (the easgd server fails
-or sleeps at that sync instead), pace (seconds slept at every epoch start,
+or sleeps at that sync instead), at_epoch_end (the fault strikes as the
+rank begins the end of epoch `epoch`, its collectives, instead of at a
+step), pace (seconds slept at every epoch start,
 all ranks), dump (a folder: each rank writes digests of its parameters at
 every step)."""
 import hashlib
@@ -70,7 +72,7 @@ def faulty_loss_and_grad(self, *args, **kwargs):
     if MINE and WHAT == "slow":
         time.sleep(FAULT["factor"] * (time.perf_counter() - started) + FAULT.get("seconds", 0))
     at["step"] += 1
-    if MINE and at["epoch"] == FAULT.get("epoch", 0) and (
+    if MINE and not FAULT.get("at_epoch_end") and at["epoch"] == FAULT.get("epoch", 0) and (
             at["step"] == FAULT.get("step", 1)
             or (FAULT.get("every") and at["step"] >= FAULT.get("step", 1))):
         strike(self)
@@ -106,6 +108,15 @@ def dying_replace(src, dst):
     return replace(src, dst)
 
 
+end_epoch = Trainer.end_epoch
+
+
+def faulty_end_epoch(self, epoch, *args, **kwargs):
+    if MINE and epoch == FAULT.get("epoch", 0):
+        strike()
+    return end_epoch(self, epoch, *args, **kwargs)
+
+
 finish = Trainer.finish
 
 
@@ -120,6 +131,8 @@ for strategy in (DataParallel, ModelParallel):
 Network.loss_and_grad = faulty_loss_and_grad
 if FAULT.get("sync"):
     easgd.EasgdServer.serve = faulty_serve
+if FAULT.get("at_epoch_end"):
+    Trainer.end_epoch = faulty_end_epoch
 if WHAT == "kill-in-save" and MINE:
     os.replace = dying_replace
 if FAULT.get("dump"):

@@ -69,16 +69,9 @@ def test_a_dead_worker_is_dropped_and_the_job_goes_on(driver, tmp_path, algo, ex
     assert files == ["rank-%05d.npz" % r for r in range(3)], files
 
 
-@needs_ulfm
-@pytest.mark.timeout(90)
-def test_a_dead_server_is_named_by_its_workers(driver, tmp_path):
-    """No job survives its server: the workers say so, without a traceback,
-    and each ends itself with status 1, not with MPI_Abort (whose kill can
-    end every worker before its own exit, and the launcher then reported 0:
-    errors.ServerDiedError). Open MPI's launcher under --with-ft ulfm did
-    not always end after the workers had (one CI run; 1 of 12 tries here):
-    that part is the launcher's, so the test ends it itself after 60 s."""
-    fault = {"what": "die", "rank": 0, "epoch": 1, "sync": 15}
+def _ended_by_hand(driver, fault, tmp_path):
+    """An easgd job of 4 ranks under --with-ft ulfm with `fault`: its stderr
+    and status, the launcher ended by the test after 60 s."""
     cmd = mpirun_command(4)
     cmd = cmd[:1] + ["--with-ft", "ulfm"] + cmd[1:] + [sys.executable, driver, json.dumps(fault),
                                                       "--algo", "easgd", *QUICK,
@@ -92,12 +85,40 @@ def test_a_dead_server_is_named_by_its_workers(driver, tmp_path):
         except subprocess.TimeoutExpired:
             os.killpg(job.pid, signal.SIGKILL)
             job.wait()
-    stderr = (tmp_path / "err.txt").read_text()
-    assert job.returncode != 0, stderr
+    return (tmp_path / "err.txt").read_text(), job.returncode
+
+
+@needs_ulfm
+@pytest.mark.timeout(90)
+def test_a_dead_server_is_named_by_its_workers(driver, tmp_path):
+    """No job survives its server: the workers say so, without a traceback,
+    and each ends itself with status 1, not with MPI_Abort (whose kill can
+    end every worker before its own exit, and the launcher then reported 0:
+    errors.ServerDiedError). Open MPI's launcher under --with-ft ulfm did
+    not always end after the workers had (one CI run; 1 of 12 tries here):
+    that part is the launcher's, so the test ends it itself after 60 s."""
+    fault = {"what": "die", "rank": 0, "epoch": 1, "sync": 15}
+    stderr, returncode = _ended_by_hand(driver, fault, tmp_path)
+    assert returncode != 0, stderr
     assert "Traceback" not in stderr, stderr
     host = socket.gethostname()
     assert re.search(r"psgd: error: rank [123]: the easgd server \(rank 0 on %s\) died "
                      r"\(MPI_ERR" % re.escape(host), stderr), stderr
+    assert "MPI_ABORT was invoked" not in stderr, stderr
+
+
+@needs_ulfm
+@pytest.mark.timeout(90)
+def test_a_server_lost_at_an_epochs_end_is_named_by_its_workers(driver, tmp_path):
+    """The server dies as the end of epoch 1 begins: the workers meet it in
+    that end's collectives, not in a sync, and the survival check names it
+    (the same error, the same exit without MPI_Abort)."""
+    fault = {"what": "die", "rank": 0, "epoch": 0, "at_epoch_end": True}
+    stderr, returncode = _ended_by_hand(driver, fault, tmp_path)
+    assert returncode != 0, stderr
+    assert "Traceback" not in stderr, stderr
+    assert re.search(r"psgd: error: rank [123]: the easgd server \(rank 0 on %s\) was lost "
+                     r"in epoch 1: " % re.escape(socket.gethostname()), stderr), stderr
     assert "MPI_ABORT was invoked" not in stderr, stderr
 
 
