@@ -43,8 +43,8 @@ class ServerDiedError(RuntimeError):
     worker meets the failure on its own, so each ends itself (exit status
     1) instead of taking the job down with MPI_Abort: an Abort's kill could
     reach every worker before its own exit, and Open MPI's launcher under
-    --with-ft ulfm, which ignores the dead server's signal, then reported
-    status 0 (one CI run)."""
+    --with-ft ulfm, which ignores the dead server's signal, then reports
+    status 0."""
 
     def __init__(self, algo, how, host=None):
         super().__init__("the %s server (rank 0%s) %s: a job goes on after a worker's death, "
