@@ -90,9 +90,9 @@ def test_masgd_adds_the_mean_delta_with_momentum_one_half_from_4_workers():
     assert algorithm_options_of(delayed, 8) == {"staleness_compensation": "dc", "delayed": True}
     assert lr_scale(delayed, 8) == 1.0
     assert [lr_scale(masgd, n) for n in (1, 3, 4, 5, 6, 8)] == pytest.approx(
-        [1.0, 1.0, 3.0, 5 / math.sqrt(2), 6 / math.sqrt(2), 8 / math.sqrt(2)])
+        [1.0, 1.0, 4.0, 2 * math.sqrt(5), 2 * math.sqrt(6), 2 * math.sqrt(8)])
     assert lr_scale(make_config(algo="masgd", lr_scaling=False), 8) == 1.0
-    assert lr_rule_name(masgd) == "masgd 3x, then N/sqrt(2)"
+    assert lr_rule_name(masgd) == "masgd 2 sqrt(N)"
     assert warmup_epochs(masgd) == 0
     blocks = [default_sync_period(masgd, n) // masgd.minibatch_size for n in (1, 2, 3, 4, 8)]
     assert blocks == [32, 32, 32, 4, 4]
