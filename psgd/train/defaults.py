@@ -103,10 +103,10 @@ def _trainer_defaults(algo, N, given):
 
 # masgd from MASGD_MEAN_FROM workers: asgd's mean delta (the gain of one
 # delta 1/N) and dc, with a lighter server momentum MASGD_MOMENTUM and
-# 4-minibatch blocks, at the local rate x 2 sqrt(N) (masgd_lr_factor: under
-# the anneal, over seeds 1-12, x4 ended 1.5 points above x3 at 4 workers and
-# x5 0.5 above x3.54 at 5; at 8 x4, x5.66 and x8 ended within 0.15 of each
-# other; benchmarks/FINDINGS.md, "masgd's rate under the anneal"). The sum (gain 1)
+# 4-minibatch blocks, at the local rate x 2 sqrt(N) (masgd_lr_factor): the
+# anneal's lower late rate lets 4-6 workers take more than the constant
+# rate's max(3, N/sqrt(2)) did, and at 8 the rate was not what limited masgd
+# (benchmarks/FINDINGS.md, "masgd's rate under the anneal"). The sum (gain 1)
 # with the momentum 0.9 on every delta fell up to 7.7 points between two
 # epochs from 4 workers, and with the delayed Nesterov update still trailed
 # one worker by 2.5-4 points at 8 (benchmarks/FINDINGS.md, "masgd: the mean
