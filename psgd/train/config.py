@@ -14,8 +14,8 @@ import types
 
 from ..algorithms import REGISTRY
 from ..nnet import momentum_option
-from .defaults import (default_lr, default_sync_period, lr_rule_name, lr_scale, warmup_epochs,
-                       work_shares)
+from .defaults import (default_lr, default_sync_period, local_momentum, lr_rule_name, lr_scale,
+                       warmup_epochs, work_shares)
 from .options import algorithm_options
 from .roles import server_count
 from .schedule import DEFAULT as DEFAULT_SCHEDULE
@@ -74,7 +74,7 @@ class Optimizer:
     lr_scale: float         # the large-batch rule's k (1: off)
     lr_rule: str
     warmup_epochs: int
-    momentum: object        # --momentum, or None: the optimizer's own
+    momentum: object        # --momentum, else the default for N, else None: the optimizer's own
     weight_decay: float
     clip: float
 
@@ -164,7 +164,7 @@ def resolve(args, size):
         Run: dict(servers=servers, size=size, num_workers=workers,
                   work_shares=work_shares(args, algorithm, options)),
         Optimizer: dict(lr=base * scale, lr_scale=scale, lr_rule=lr_rule_name(args),
-                        warmup_epochs=warmup_epochs(args)),
+                        warmup_epochs=warmup_epochs(args), momentum=local_momentum(args, workers)),
         Schedule: dict(lr_schedule=args.lr_schedule or DEFAULT_SCHEDULE),
         Algorithm: dict(sync_period=args.sync_period or default_sync_period(args, workers),
                         options=types.MappingProxyType(options)),

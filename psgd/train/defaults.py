@@ -149,6 +149,28 @@ def BMUF_1BIT_MOMENTUM(N):
     return min(BMUF_MOMENTUM(N), 0.3)
 
 
+# bmuf's workers keep Adam's first moment across blocks (reset_local_state
+# off), and the block momentum carries the blocks' deltas again: beta1 0.9
+# remembers 10 minibatches, 2.5 of bmuf's 4-minibatch blocks. beta1
+# LOCAL_MOMENTUM[algo] from 2 workers ended 1.1 points closer to one worker
+# at 8 workers on seeds 1-12, with no fall over 2 points where 0.9 fell up to
+# 7.8; 0.5 against 0.9 at 2 and 4 workers: 0.5 and 0.3 closer
+# (benchmarks/FINDINGS.md, "The local momentum under a block momentum").
+# Measured with Adam; SGD's momentum keeps its mu.
+LOCAL_MOMENTUM = {"bmuf": 0.5}
+
+
+def local_momentum(args, num_workers):
+    """The local optimizer's momentum (Adam's beta1): the user's --momentum,
+    else LOCAL_MOMENTUM's for a collective algorithm from 2 workers, else
+    None (the optimizer's own)."""
+    if args.momentum is not None:
+        return args.momentum
+    if args.optimizer == "adam" and num_workers >= 2:
+        return LOCAL_MOMENTUM.get(args.algo)
+    return None
+
+
 def bmuf_lr_factor(N):
     return max(2.0, N / 4.0) if N >= BMUF_RATE_FROM else 1.0
 

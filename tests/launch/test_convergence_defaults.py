@@ -76,6 +76,19 @@ def test_asgd_adds_the_mean_delta_compensated_at_3x_then_n_over_2_the_rate(tmp_p
     assert "nesterov lr 0.06 momentum 0.8 (asgd 3x, then N/2 rule: x3.00" in r.stdout
 
 
+def test_bmuf_lightens_its_workers_momentum_under_the_block_momentum(tmp_path):
+    """docs/algorithms.md, the trainer's defaults by N: Adam's beta1 0.9
+    under bmuf's block momentum ended further from one worker and fell up
+    to 7.8 points between two epochs at 8 workers; a given --momentum wins."""
+    assert_two_epochs_at(tmp_path, 4, "bmuf", 0.004,
+                         "bmuf for 4 workers: a sync every 128 samples, block_momentum 0.5, "
+                         "reset_local_state False",
+                         "adam lr 0.004 beta1 0.5 (bmuf N/4 rule: x2.00 for 4 ")
+    r = psgd_train(2, "--algo", "bmuf", "--epochs", "1", *QUICK, "--momentum", "0.9")
+    assert r.returncode == 0, r.stderr
+    assert "adam lr 0.002 beta1 0.9\n" in r.stdout
+
+
 def test_a_momentum_for_an_optimizer_without_one_is_an_error():
     r = psgd_train(2, "--algo", "bsp", "--epochs", "1", *QUICK, "--optimizer", "sgd",
                    "--momentum", "0.5")

@@ -75,6 +75,21 @@ def test_trainer_defaults_by_number_of_workers():
     assert algorithm_options(masgd, 3) == {"staleness_compensation": "dc"}
 
 
+def test_bmuf_lightens_the_local_momentum_from_2_workers():
+    from psgd.train.config import resolve
+    from psgd.train.defaults import local_momentum
+    bmuf = make_config(algo="bmuf")
+    assert [local_momentum(bmuf, n) for n in (1, 2, 4, 8, 12)] == [None, 0.5, 0.5, 0.5, 0.5]
+    assert resolve(bmuf, 8).optimizer.options()["beta1"] == 0.5
+    assert "beta1" not in resolve(bmuf, 1).optimizer.options()     # Adam's own 0.9
+    assert local_momentum(make_config(algo="bmuf", momentum=0.9), 8) == 0.9
+    # measured with Adam: the others keep their own momentum
+    for optimizer in ("momentum", "nesterov", "rmsprop", "sgd"):
+        assert local_momentum(make_config(algo="bmuf", optimizer=optimizer), 8) is None
+    for algo in ("bsp", "sod", "syncgrad", "easgd", "asgd", "masgd"):
+        assert local_momentum(make_config(algo=algo), 8) is None
+
+
 def test_masgd_adds_the_mean_delta_with_momentum_one_half_from_4_workers():
     from psgd.train.defaults import default_sync_period, lr_rule_name, warmup_epochs
     masgd = make_config(algo="masgd")
