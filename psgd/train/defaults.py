@@ -149,25 +149,33 @@ def BMUF_1BIT_MOMENTUM(N):
     return min(BMUF_MOMENTUM(N), 0.3)
 
 
-# bmuf's workers keep Adam's first moment across blocks (reset_local_state
-# off), and the block momentum carries the blocks' deltas again: beta1 0.9
-# remembers 10 minibatches, 2.5 of bmuf's 4-minibatch blocks. beta1
-# LOCAL_MOMENTUM[algo] from 2 workers ended 1.1 points closer to one worker
-# at 8 workers on seeds 1-12, with no fall over 2 points where 0.9 fell up to
-# 7.8; 0.5 against 0.9 at 2 and 4 workers: 0.5 and 0.3 closer
-# (benchmarks/FINDINGS.md, "The local momentum under a block momentum").
+# The workers' local momentum (Adam's beta1) by algorithm: (from N workers,
+# beta1), below that N the optimizer's own 0.9 (benchmarks/FINDINGS.md, "The
+# local momentum under a block momentum", MNIST-1D, Adam, 12 seeds at 8).
+# - bmuf: the workers keep Adam's first moment across blocks, and at 0.9 it
+#   remembers 10 minibatches, 2.5 of the 4-minibatch blocks whose deltas the
+#   block momentum carries again. 0.5 ended 1.1 points closer to one worker
+#   at 8 workers, no fall over 2.0 points where 0.9 fell up to 7.8; at 2
+#   and 4 workers 0.3 closer.
+# - asgd, masgd: a delta applied N - 1 center updates late acts as a
+#   momentum of about 1 - 1/N of its own (Mitliagkas et al. 2016,
+#   "Asynchrony begets momentum"). At 8 workers 0.7 ended 0.9 (asgd) and
+#   1.5 (masgd) points closer, falls up to 2.5 (0.5 fell up to 6.6); at 6
+#   both 0.6 closer; at 4 asgd 0.4 closer, masgd 0.5 further (within the
+#   seeds' spread); at 2 asgd's largest fall grew from 2.1 to 3.6.
 # Measured with Adam; SGD's momentum keeps its mu.
-LOCAL_MOMENTUM = {"bmuf": 0.5}
+LOCAL_MOMENTUM = {"bmuf": (2, 0.5), "asgd": (4, 0.7), "masgd": (6, 0.7)}
 
 
 def local_momentum(args, num_workers):
     """The local optimizer's momentum (Adam's beta1): the user's --momentum,
-    else LOCAL_MOMENTUM's for a collective algorithm from 2 workers, else
-    None (the optimizer's own)."""
+    else LOCAL_MOMENTUM's from its number of workers, else None (the
+    optimizer's own)."""
     if args.momentum is not None:
         return args.momentum
-    if args.optimizer == "adam" and num_workers >= 2:
-        return LOCAL_MOMENTUM.get(args.algo)
+    start, beta1 = LOCAL_MOMENTUM.get(args.algo, (None, None))
+    if args.optimizer == "adam" and start is not None and num_workers >= start:
+        return beta1
     return None
 
 

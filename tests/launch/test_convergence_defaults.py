@@ -68,7 +68,7 @@ def test_asgd_adds_the_mean_delta_compensated_at_3x_then_n_over_2_the_rate(tmp_p
     assert_two_epochs_at(tmp_path, 5, "asgd", 0.006,
                          "asgd for 4 workers: a sync every 128 samples, alpha 0.25, "
                          "staleness_compensation dc",
-                         "adam lr 0.006 beta1 0.9 (asgd 3x, then N/2 rule: x3.00 for 4 ")
+                         "adam lr 0.006 beta1 0.7 (asgd 3x, then N/2 rule: x3.00 for 4 ")
     r = psgd_train(3, "--algo", "asgd", "--epochs", "1", *QUICK, "--momentum", "0.8",
                    "--optimizer", "nesterov", "--staleness-compensation", "none")
     assert r.returncode == 0, r.stderr

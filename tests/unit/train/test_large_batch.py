@@ -75,18 +75,23 @@ def test_trainer_defaults_by_number_of_workers():
     assert algorithm_options(masgd, 3) == {"staleness_compensation": "dc"}
 
 
-def test_bmuf_lightens_the_local_momentum_from_2_workers():
+def test_bmuf_asgd_and_masgd_lighten_the_local_momentum_by_n():
     from psgd.train.config import resolve
     from psgd.train.defaults import local_momentum
+    ns = (1, 2, 3, 4, 7, 8, 12)
+    expected = {"bmuf": [None, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5],
+                "asgd": [None, None, None, 0.7, 0.7, 0.7, 0.7],
+                "masgd": [None, None, None, None, 0.7, 0.7, 0.7]}
+    for algo, betas in expected.items():
+        assert [local_momentum(make_config(algo=algo), n) for n in ns] == betas, algo
     bmuf = make_config(algo="bmuf")
-    assert [local_momentum(bmuf, n) for n in (1, 2, 4, 8, 12)] == [None, 0.5, 0.5, 0.5, 0.5]
     assert resolve(bmuf, 8).optimizer.options()["beta1"] == 0.5
     assert "beta1" not in resolve(bmuf, 1).optimizer.options()     # Adam's own 0.9
-    assert local_momentum(make_config(algo="bmuf", momentum=0.9), 8) == 0.9
+    assert local_momentum(make_config(algo="masgd", momentum=0.9), 8) == 0.9
     # measured with Adam: the others keep their own momentum
     for optimizer in ("momentum", "nesterov", "rmsprop", "sgd"):
-        assert local_momentum(make_config(algo="bmuf", optimizer=optimizer), 8) is None
-    for algo in ("bsp", "sod", "syncgrad", "easgd", "asgd", "masgd"):
+        assert local_momentum(make_config(algo="asgd", optimizer=optimizer), 8) is None
+    for algo in ("bsp", "sod", "syncgrad", "easgd"):
         assert local_momentum(make_config(algo=algo), 8) is None
 
 
