@@ -151,7 +151,7 @@ def BMUF_1BIT_MOMENTUM(N):
 
 # The workers' local momentum (Adam's beta1) by algorithm: (from N workers,
 # beta1), below that N the optimizer's own 0.9 (benchmarks/FINDINGS.md, "The
-# local momentum under a block momentum", MNIST-1D, Adam, 12 seeds at 8).
+# workers' local momentum", MNIST-1D, Adam, 12 seeds at 8).
 # - bmuf: the workers keep Adam's first moment across blocks, and at 0.9 it
 #   remembers 10 minibatches, 2.5 of the 4-minibatch blocks whose deltas the
 #   block momentum carries again. 0.5 ended 1.1 points closer to one worker
