@@ -148,8 +148,9 @@ def report(data):
               "run is the trainer's defaults plus `--algo A --seed S --epochs E --compression "
               "Q`; `--compression-start` at its default, %d (every sync compressed). Gap: "
               "`none`'s accuracy minus the quantizer's, same algorithm and seeds, in points "
-              "(positive = worse; mean over seeds ± its standard error, worst seed). Goal at %d workers: 1bit "
-              "within 0.5 points, fp16/bf16 within 0.2; the verdict is on the mean gap.%s" % (
+              "(positive = worse; mean over seeds ± its standard error, worst seed). Goal at "
+              "%d workers: 1bit within 0.5 points, fp16/bf16 within 0.2; the verdict is on "
+              "the mean gap.%s" % (
                   data.get("compression_start", 0), GOAL_N,
                   " (Smoke run: --quick.)" if data.get("quick") else ""))
     md.append("")
@@ -168,9 +169,10 @@ def report(data):
                   "(4 and 8 ranks oversubscribe them; accuracy does not depend on it)." % (
                       min(loads), max(loads), os.cpu_count() or 1))
     if "wall_seconds" in data:
+        sittings = data.get("sittings", 1)
         md.append("The whole run took %.1f minutes%s." % (
             data["wall_seconds"] / 60,
-            " in %d sittings (--resume)" % data["sittings"] if data.get("sittings", 1) > 1 else ""))
+            " in %d sittings (--resume)" % sittings if sittings > 1 else ""))
     md.append("")
     for tag, err in data.get("errors", {}).items():
         md.append("- %s did not run: `%s`" % (tag, err))
