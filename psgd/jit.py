@@ -9,7 +9,10 @@ job would pay it). PSGD_ACCEL=numpy or numexpr keeps the NumPy passes.
 A module of loops names them in a Loops object; the first large buffer
 compiles them all (from Numba's cache on disk after the first run), each
 loop replacing the module's own function, so loops that call each other
-get the compiled callees."""
+get the compiled callees. A module whose loops need more than Numba
+(an intrinsic, a CPU feature) passes `setup`: called with numba before
+the loops compile, it defines what they need in the module's namespace,
+or returns False to keep the other passes."""
 import importlib.util
 
 from . import settings
@@ -18,8 +21,9 @@ MIN_SIZE = 1 << 17     # psgd/kernels.py's BLOCK: one block's passes are cheap a
 
 
 class Loops:
-    def __init__(self, namespace, names, fastmath=False):
+    def __init__(self, namespace, names, fastmath=False, setup=None):
         self.namespace, self.names, self.fastmath = namespace, names, fastmath
+        self.setup = setup
         self.compiled = None         # not tried yet
 
     def ready(self, size):
@@ -37,6 +41,8 @@ class Loops:
         try:
             import numba
         except ImportError:    # e.g. a Numba that refuses this NumPy: the NumPy passes
+            return False
+        if self.setup is not None and not self.setup(numba):
             return False
         jit = numba.njit(cache=True, nogil=True, fastmath=self.fastmath)
         for name in self.names:
