@@ -81,9 +81,12 @@ UNIT_OMPI := tests/unit/test_cuda_aware_detection.py tests/unit/test_simcupy.py 
 # Whole jobs marked one_mpi (accuracy floors, Kaldi model files, the bin/
 # scripts, the torch example) check what does not depend on the MPI library,
 # and run under MPICH only: at ~1 s more per mpirun under Open MPI they
-# would add 2-3 minutes to CI.
+# would add 2-3 minutes to CI. So do a parametrized job's other cases
+# (--first-case-only, tests/conftest.py): about 80 jobs, 3 more minutes.
 test-openmpi: $(VENV_OMPI)/.installed
-	OMP_NUM_THREADS=1 $(OMPI_ENV) $(PY_OMPI) -m pytest -q -m 'not one_mpi' $(UNIT_OMPI) tests/launch tests/cluster
+	OMP_NUM_THREADS=1 $(OMPI_ENV) $(PY_OMPI) -m pytest -q $(UNIT_OMPI)
+	OMP_NUM_THREADS=1 $(OMPI_ENV) $(PY_OMPI) -m pytest -q -m 'not one_mpi' --first-case-only \
+	  tests/launch tests/cluster
 	@for np in $(NP); do \
 	  echo "== MPI tests (Open MPI) at np $$np"; \
 	  OMP_NUM_THREADS=1 $(OMPI_ENV) timeout -k 10 $(MPI_TIMEOUT) $(MPIRUN_OMPI) --oversubscribe \

@@ -9,6 +9,30 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("PSGD_BACKEND", "numpy")
 
 
+def pytest_addoption(parser):
+    parser.addoption("--first-case-only", action="store_true",
+                     help="run each parametrized test's first selected case only")
+
+
+@pytest.hookimpl(trylast=True)     # after -m has deselected what it does
+def pytest_collection_modifyitems(config, items):
+    """--first-case-only: the Open MPI half of make test runs one case of a
+    parametrized job. The cases vary the algorithm or the input, which is
+    psgd's Python; what the MPI library adds (ranks starting, failing and
+    ending together) is the same in each, and tests/mpi runs every
+    algorithm under both libraries."""
+    if not config.getoption("--first-case-only"):
+        return
+    seen, keep, drop = set(), [], []
+    for item in items:
+        test = item.nodeid.split("[")[0]
+        (drop if test in seen else keep).append(item)
+        seen.add(test)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 @pytest.fixture
 def comm():
     from mpi4py import MPI

@@ -6,6 +6,8 @@ the last complete checkpoint is intact and --resume on the same hosts ends
 with the model an uninterrupted run ends with."""
 import json
 import os
+import pathlib
+import shutil
 import signal
 import subprocess
 import time
@@ -13,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from cluster_util import Cluster, skip_without_cluster
+from cluster_util import Cluster, shared_dir, skip_without_cluster
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -90,14 +92,20 @@ def resume_matches_uninterrupted(cluster, workdir, reference):
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 
 
-@pytest.fixture
-def reference(cluster_for_faults, workdir):
-    """The model of the run no fault interrupts (bmuf is deterministic)."""
-    ref = workdir / "reference"
-    ref.mkdir()
-    r = cluster_for_faults.mpirun(2, 4, TRAIN + ["--out", "final.npz"], cwd=str(ref))
+@pytest.fixture(scope="module")
+def reference():
+    """The model of the run no fault interrupts (bmuf is deterministic),
+    once for the module, on hosts of its own."""
+    skip_without_cluster()
+    ref = pathlib.Path(shared_dir("host_faults_reference"))
+    cluster = Cluster(2, "1gbit")
+    try:
+        r = cluster.mpirun(2, 4, TRAIN + ["--out", "final.npz"], cwd=str(ref))
+    finally:
+        cluster.down()
     assert r.returncode == 0, r.stderr[-3000:]
-    return ref / "final.npz"
+    yield ref / "final.npz"
+    shutil.rmtree(ref, ignore_errors=True)
 
 
 @pytest.fixture
