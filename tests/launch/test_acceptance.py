@@ -48,14 +48,20 @@ def one_worker(tmp_path_factory):
 # points behind one worker, BENCHMARKS.md). masgd (the mean delta, momentum
 # 0.5, x3), against one worker's 94.3%: 93.5-94.3% in six
 # runs on a quiet machine, 92.7-95.2% in six beside two busy loops (1.6 at
-# most; with the delayed update it was 91.5-93.4%, 4.6 behind).
+# most; with the delayed update it was 91.5-93.4%, 4.6 behind). Since the
+# anneal became the default one worker ends at 96.6% at this seed, masgd
+# (the local rate x4) at 93.6-94.5% in five runs on a quiet machine
+# (2026-11-29; 2.1-3.0 behind, where over seeds 1-6 it ends 0.2-1.2
+# behind): at a 3-point gap the median of three failed about one run in
+# five, so masgd gets asgd's 4. The others, the same day: bsp 94.9%, bmuf
+# 96.1%, sod 96.0%, syncgrad 96.1%, easgd 95.3-96.0%, asgd 94.4-95.1%.
 # syncgrad's one run moves by a point with the rounding of its sum: when its
 # count began to ride in the sum (the same math, other rounding) the first four
 # epochs stayed identical to the digit and the 30th went from 94.7% to 93.6%,
 # its last five epochs swinging 93.6-95.4%; it gets the 3 points that timing
 # gives the server algorithms.
 MAX_GAP = {"bsp": 0.02, "sod": 0.02, "syncgrad": 0.03, "bmuf": 0.02, "easgd": 0.03,
-           "asgd": 0.04, "masgd": 0.03}
+           "asgd": 0.04, "masgd": 0.04}
 # The server algorithms' results depend on timing: each is the median of
 # three runs, so it takes two unlucky runs of three to fail the suite (single runs came
 # within 0.4 points of easgd's and masgd's floors) and a regression still
