@@ -22,14 +22,13 @@ entry records when its message was seen.
 
 Shards. With `servers = S` > 1, ranks 0..S-1 each serve one contiguous shard
 [lo, hi) of the flat buffer (buffers.shard_bounds) with this same loop: their
-own sync count, log, staleness and ServerStats. A worker sends a sync's
-control message to each server it trades a shard with, and trades each
-shard with its server. A server that
-gives up tells its workers as above; they answer it and finish with the
-others, so every server's run() ends; then the servers agree (one Allgather
-of [failed, code, sender, value] among them) and all raise, or servers
-1..S-1 send their shard to rank 0 (TAG_SHARD), whose params then hold the
-whole center. Where the rule depends on the service order (asgd/masgd's
+own sync count, log, staleness and ServerStats. A worker sends a sync's control
+message to each server it trades a shard with, and trades each shard with its
+server. A server that gives up tells its workers as above; they answer it and
+finish with the others, so every server's run() ends; then the servers agree
+(one Allgather of [failed, code, sender, value] among them) and all raise, or
+servers 1..S-1 send their shard to rank 0 (TAG_SHARD), whose params then hold
+the whole center. Where the rule depends on the service order (asgd/masgd's
 barrier_period), servers 1..S-1 serve in rank 0's order (service_order.py).
 Otherwise a worker meets its servers in turns (server_worker.py), so each
 server's queue sees a worker only when its turn has come.
