@@ -2,6 +2,8 @@
 one trip through memory per update. Each does the NumPy pass's operations in
 the same order on the same types, and Numba without fastmath neither fuses
 a multiply into an add nor reorders: the same bits as the NumPy passes."""
+import numpy as np
+
 from . import jit
 
 
@@ -65,7 +67,9 @@ LOOPS = jit.Loops(globals(), ("lerp", "axpy", "add_scaled_difference", "bmuf_upd
 
 
 def ready(*arrays):
-    """Whether these host arrays go through the loops: flat, contiguous and
-    large enough (jit.MIN_SIZE)."""
-    return (all(a.ndim == 1 and a.flags.c_contiguous for a in arrays)
+    """Whether these arrays go through the loops: on the host (a device
+    array takes the kernels' CuPy path), flat, contiguous and large enough
+    (jit.MIN_SIZE)."""
+    return (all(isinstance(a, np.ndarray) and a.ndim == 1 and a.flags.c_contiguous
+                for a in arrays)
             and LOOPS.ready(arrays[0].size))

@@ -115,7 +115,7 @@ def axpy(a, alpha, b):
 def add_scaled_difference(e, w, s, weight):
     """e <- e + weight * (w - s), in place (error feedback's contribution)."""
     t = e.dtype.type(weight)
-    if not _on_gpu(e) and kernel_loops.ready(e, w, s):
+    if kernel_loops.ready(e, w, s):
         kernel_loops.add_scaled_difference(e, w, s, t)
         return e
 
@@ -142,7 +142,7 @@ def bmuf_update(w, w_g, D, eta, zeta, nesterov, start=None, plus=None):
     look = eta if nesterov else 0.0
     start = look if start is None else start
     keep, zeta, look = t(eta - zeta * start), t(zeta), t(look)
-    if not _on_gpu(w) and kernel_loops.ready(w, w_g, D, w if plus is None else plus):
+    if kernel_loops.ready(w, w_g, D, w if plus is None else plus):
         kernel_loops.bmuf_update(w, w_g, D, keep, zeta, look, w if plus is None else plus,
                                  plus is not None)
         return w
@@ -176,7 +176,7 @@ def bmuf_update(w, w_g, D, eta, zeta, nesterov, start=None, plus=None):
 
 def bmuf_contribution(e, s, w, w_g, D, start, weight):
     """bmuf's compressed sync under the contract's global momentum, before
-    the sum, in one pass (host buffers): the block's start point
+    the sum, in one pass: the block's start point
     s <- w_g + start * D, and e_k <- e_k + weight * (w - s). The separate
     passes' ops in the same order: the same bits."""
     t = e.dtype.type
@@ -196,7 +196,7 @@ def bmuf_contribution(e, s, w, w_g, D, start, weight):
 
 def bmuf_share(e, share, w, w_g, D, start, weight, eta, zeta):
     """bmuf's momentum share and its error feedback (compression_momentum =
-    local; host buffers, as every compressed sum), in place, in one pass:
+    local), in place, in one pass:
         c   = weight * (w - s)          s = w_g + start * D, the block's start
         D_k <- eta * D_k + zeta * c     (`share`)
         e_k <- e_k + D_k                (`e`)
