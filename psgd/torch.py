@@ -59,6 +59,10 @@ def create(name, model, comm=None, buffers=False, bucket_mb=None, **options):
                 raise UsageError("psgd.torch syncgrad sums its buckets through MPI; "
                                  "exchange=%r is not supported with it" % options["exchange"])
             options["exchange"] = "mpi"
+        if plan.device.type == "cuda" and options.get("compression", "none") != "none":
+            # the buckets' sums run on the transfer thread, beside torch's stream
+            raise UsageError("psgd.torch: compression=%s of a CUDA model is not built yet; use "
+                             "compression=none on a GPU" % options["compression"])
     except UsageError as exc:
         error = exc
     agreement.agree(comm, error)

@@ -3,6 +3,7 @@ replay serially: uneven sample counts per rank, rank 1 out of data early."""
 import numpy as np
 
 import psgd
+from psgd.backend import to_numpy
 
 KINDS = ["fp16", "bf16", "1bit"]
 SHAPES = [(37, 11), (101,), (3, 5)]
@@ -48,19 +49,20 @@ def agree_bitwise(comm, seen):
     assert len(set(everyone)) == 1
 
 
-def drive(comm, name, syncs=None, **options):
-    """Train with the schedule; the flat model after every sync."""
+def drive(comm, name, syncs=None, xp=np, **options):
+    """Train with the schedule, the model in `xp`'s arrays (a device's:
+    tests/mpi/device); the flat model after every sync, on the host."""
     k = comm.Get_rank()
-    sync = psgd.create(name, initial(), comm=comm, **options)
+    sync = psgd.create(name, [xp.asarray(a) for a in initial()], comm=comm, **options)
     plan, seen = counts(k, comm.Get_size()), []
     t = 0
     while syncs is None or t < syncs:
         n_k = plan[t] if t < len(plan) else 0
         if n_k:
-            sync.buffer.data[...] += step(k, t)
+            sync.buffer.data[...] += xp.asarray(step(k, t))
         if not sync.synchronize(n_k):
             break
-        seen.append(sync.buffer.data.copy())
+        seen.append(to_numpy(sync.buffer.data, copy=True))
         t += 1
     return sync, seen
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import kernels
 from ..compression import KINDS, StripedSum, quantizer
+from ..compression.device import DeviceSum
 from ..compression.feedback import joined_state, load_joined
 from ..errors import UsageError
 from . import two_level
@@ -109,11 +110,12 @@ RANGES = {"fp16": "fp16's range (|x| <= 65504)", "bf16": "bf16's range (float32'
           "1bit": "float32's range"}
 
 
-def buffer_problem(options, buffer):
+def buffer_problem(options, buffer, server_based):
     """Why `buffer` cannot be compressed under `options`, or None."""
-    if options.get("compression", "none") != "none" and buffer.on_device:
-        return ("compression=%s: compressed sums of device (CuPy) buffers are not built yet; "
-                "use compression=none on a GPU" % options["compression"])
+    if options.get("compression", "none") != "none" and buffer.on_device and server_based:
+        return ("compression=%s: the compressed push of device (CuPy) buffers is not built "
+                "yet; use compression=none with a server algorithm on a GPU (bsp, bmuf, sod "
+                "and syncgrad compress device buffers)" % options["compression"])
     return None
 
 
@@ -124,13 +126,22 @@ class Compression:
     split() cuts it into independent sums of consecutive ranges (psgd.torch's
     buckets), each with its own stripes and residuals."""
 
-    def __init__(self, comm, size, dtype, kind, block, start):
+    def __init__(self, comm, size, dtype, kind, block, start, xp=np):
         self.kind, self.start = kind, start
-        self._comm, self._dtype, self._q = comm, dtype, quantizer(kind, block)
-        self.striped = two_level.make(comm, size, dtype, self._q) or \
-            StripedSum(comm, size, dtype, self._q)
+        self._comm, self._dtype, self._q, self._xp = comm, dtype, quantizer(kind, block), xp
+        self.striped = self._on_device(two_level.make(comm, size, dtype, self._q) or
+                                       StripedSum(comm, size, dtype, self._q), size)
         self.parts = {0: self.striped}     # the sums, by their range's first element
         self._scratch = None
+
+    def _on_device(self, host_sum, size):
+        """A device buffer's sums are staged through the host (device.py)."""
+        if self._xp is np:
+            return host_sum
+        return DeviceSum(host_sum, size, self._dtype, self._xp)
+
+    def _host_sum(self, part):
+        return part.inner if isinstance(part, DeviceSum) else part
 
     def split(self, ranges):
         """Sum each of `ranges` ((lo, hi), consecutive, covering the buffer)
@@ -140,16 +151,19 @@ class Compression:
         self.parts = {lo: self._sum_of(hi - lo) for lo, hi in ranges}
 
     def _sum_of(self, size):
-        if isinstance(self.striped, two_level.TwoLevelSum):     # the same host split
-            return two_level.TwoLevelSum(self.striped.levels, size, self._dtype, self._q)
-        return StripedSum(self._comm, size, self._dtype, self._q)
+        whole = self._host_sum(self.striped)
+        if isinstance(whole, two_level.TwoLevelSum):     # the same host split
+            part = two_level.TwoLevelSum(whole.levels, size, self._dtype, self._q)
+        else:
+            part = StripedSum(self._comm, size, self._dtype, self._q)
+        return self._on_device(part, size)
 
     @property
     def scratch(self):
         """A model-sized array for the start point s, allocated at its first
         use (syncgrad never needs one)."""
         if self._scratch is None:
-            self._scratch = np.zeros_like(self.residual)
+            self._scratch = self._xp.zeros_like(self.residual)
         return self._scratch
 
     @property
@@ -204,7 +218,7 @@ class Compression:
 
     def close(self):
         """Collective: frees the host split of a two-level sum (its parts share it)."""
-        if isinstance(self.striped, two_level.TwoLevelSum):
+        if isinstance(self._host_sum(self.striped), two_level.TwoLevelSum):
             self.striped.close()
 
 
@@ -269,13 +283,13 @@ def make_decoder(size, options):
                         options["compression_start"])
 
 
-def make(comm, size, dtype, options):
-    """The Compression of a buffer of `size` elements under `options`, or
-    None (compression=none)."""
+def make(comm, size, dtype, options, xp=np):
+    """The Compression of a buffer of `size` elements under `options` (a
+    device buffer's if `xp` is CuPy), or None (compression=none)."""
     if options.get("compression", "none") == "none":
         return None
     return Compression(comm, size, dtype, options["compression"],
-                       options["compression_block"], options["compression_start"])
+                       options["compression_block"], options["compression_start"], xp)
 
 
 class Compressing:
@@ -288,7 +302,7 @@ class Compressing:
     def __init__(self, comm, buffer, *args, **kwargs):
         super().__init__(comm, buffer, *args, **kwargs)
         self.compressed = make(comm, self.compressed_size(), buffer.dtype,
-                               self.options)
+                               self.options, buffer.xp)
 
     def compressed_size(self):
         """Elements of the sums that are compressed (syncgrad's: the gradients)."""

@@ -78,7 +78,7 @@ def create(name, params, comm=None, grads=None, stats=None, servers=None, exchan
                              "mpirun -np 2 or more (got %d process)" % (name, comm.Get_size()))
         resolved = cls.resolve_options(options, comm.Get_size(), servers)
         buffer = _as_buffer(params, "params")
-        problem = compressed.buffer_problem(resolved, buffer)
+        problem = compressed.buffer_problem(resolved, buffer, cls.server_based)
         if problem:
             raise UsageError(problem)
         two_level.choice()      # a bad PSGD_COMPRESSION_HIERARCHY, before any exchange

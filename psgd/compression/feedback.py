@@ -9,6 +9,8 @@ starts with "residual" so a resume can tell them from the model's state.
 """
 import numpy as np
 
+from ..backend import array_module, to_numpy
+
 PREFIX = "residual"
 
 
@@ -37,7 +39,7 @@ def joined_state(feedbacks):
     """The residuals of sums over consecutive ranges of one buffer (a
     reducer's buckets, in buffer order) under one sum's keys: each kind
     concatenated, so e_k keeps the buffer's layout."""
-    return {key: np.concatenate([getattr(f, kind) for f in feedbacks])
+    return {key: np.concatenate([to_numpy(getattr(f, kind)) for f in feedbacks])
             for key, kind in KINDS}
 
 
@@ -50,8 +52,8 @@ def load_joined(feedbacks, state):
         if value is not None and np.shape(value) == (sum(a.size for a in arrays),):
             value = np.asarray(value)
             lo = 0
-            for a in arrays:
-                a[...] = value[lo:lo + a.size]
+            for a in arrays:     # a device residual takes a device copy
+                a[...] = array_module(a).asarray(value[lo:lo + a.size])
                 lo += a.size
         else:
             for a in arrays:

@@ -14,16 +14,18 @@ SMALL = dict(model="mlp", hidden="16", dropout=0.0, num_samples=400, epochs=1, q
              stall_timeout=120.0, backend="cupy")
 
 
-@pytest.mark.parametrize("algo", ["bmuf", "easgd"])
-def test_training_on_device_matches_the_host_run(comm, xp, algo):
+@pytest.mark.parametrize("algo,flags", [("bmuf", {}), ("easgd", {}),
+                                        ("bmuf", {"compression": "1bit"})],
+                         ids=["bmuf", "easgd", "bmuf-1bit"])
+def test_training_on_device_matches_the_host_run(comm, xp, algo, flags):
     simulated = getattr(xp, "device", None)
     launched = simulated.issued() if simulated else None
     direct = "yes" if mpi.cuda_aware() else "no"       # the path the fixture chose
-    on_device = psgd.train.train(comm=comm, algo=algo, cuda_aware=direct, **SMALL)
+    on_device = psgd.train.train(comm=comm, algo=algo, cuda_aware=direct, **SMALL, **flags)
     assert mpi.cuda_aware() == (direct == "yes")
     if launched is not None:        # the simulated device (this rank's GPU) did the work
         assert simulated.issued() > launched + 20
-    on_host = psgd.train.train(comm=comm, algo=algo, **dict(SMALL, backend="numpy"))
+    on_host = psgd.train.train(comm=comm, algo=algo, **dict(SMALL, backend="numpy"), **flags)
     assert on_device["samples"] == on_host["samples"] == 320
     assert on_device["test_accuracy"] == pytest.approx(on_host["test_accuracy"], abs=0.02)
     # bmuf is deterministic; easgd's service order (so its model) varies run to run
