@@ -69,3 +69,21 @@ def test_small_buffers_never_ask_numba(setting, monkeypatch):
     a = np.ones(jit.MIN_SIZE - 1, np.float32)
     kernels.lerp(a, a.copy(), 0.5)
     assert not kernel_loops.ready(a)
+
+
+def test_device_arrays_take_the_kernels_own_path(setting, sim):
+    """A device array of any size is never handed to the host loops: bmuf's
+    compressed passes on a device (psgd/compression/device.py) go through
+    CuPy, with the NumPy passes' bits on the simulated device."""
+    setting("PSGD_ACCEL", "auto")
+    n = jit.MIN_SIZE
+    rng = np.random.default_rng(1)
+    host = [rng.standard_normal(n).astype(np.float32) for _ in range(5)]
+    assert kernel_loops.ready(*host)
+    device = [sim.asarray(a) for a in host]
+    assert not kernel_loops.ready(*device)
+    kernels.bmuf_contribution(*device, 0.5, 0.25)
+    setting("PSGD_ACCEL", "numpy")
+    kernels.bmuf_contribution(*host, 0.5, 0.25)
+    for d, h in zip(device, host):
+        assert d.get().tobytes() == h.tobytes()
