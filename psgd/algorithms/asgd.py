@@ -89,7 +89,8 @@ class AsgdServer(Server):
         if self.decoder is not None and self.decoder.compressed(rank):
             # one message of Q(u); delta_k = D(q)
             self.comm.Recv([self.decoder.wire, MPI.BYTE], source=rank, tag=TAG_MODEL)
-            self.decoder.q.decode(self.decoder.wire, self.incoming.data)
+            self.decoder.q.decode(self.decoder.wire, self.incoming.host)   # a device's: its mirror
+            self.incoming.from_host()
             received = True
         if dc is not None:                                  # it reads all of delta_k first
             if not received:

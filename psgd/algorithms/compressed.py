@@ -11,6 +11,7 @@ stripes.py): still one exchange per sync and no other collective.
 import numpy as np
 
 from .. import kernels
+from ..backend import to_numpy
 from ..compression import KINDS, StripedSum, quantizer
 from ..compression.device import DeviceSum
 from ..compression.feedback import joined_state, load_joined
@@ -108,15 +109,6 @@ class MomentumShares(LocalMomentum):
 
 RANGES = {"fp16": "fp16's range (|x| <= 65504)", "bf16": "bf16's range (float32's)",
           "1bit": "float32's range"}
-
-
-def buffer_problem(options, buffer, server_based):
-    """Why `buffer` cannot be compressed under `options`, or None."""
-    if options.get("compression", "none") != "none" and buffer.on_device and server_based:
-        return ("compression=%s: the compressed push of device (CuPy) buffers is not built "
-                "yet; use compression=none with a server algorithm on a GPU (bsp, bmuf, sod "
-                "and syncgrad compress device buffers)" % options["compression"])
-    return None
 
 
 class Compression:
@@ -240,7 +232,7 @@ class Push:
     def encode(self, delta, sync, rank):
         """The messages of this push; an overflow is a UsageError on this
         worker before anything is sent (as a bad count is)."""
-        self.residual += delta
+        self.residual += to_numpy(delta)      # a device's delta: copied once its stream is done
         ok = True
         for (lo, hi), wire in zip(self.shards, self.wires):
             ok = self.q.encode(self.residual[lo:hi], wire) and ok

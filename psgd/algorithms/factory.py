@@ -10,7 +10,7 @@ from .. import agreement, mpi, nccl, settings
 from ..backend import array_module, off_device
 from ..buffers import FlatBuffer
 from ..errors import UsageError
-from . import compressed, lifecycle, tracing, two_level
+from . import lifecycle, tracing, two_level
 from .base import REGISTRY
 
 
@@ -78,9 +78,6 @@ def create(name, params, comm=None, grads=None, stats=None, servers=None, exchan
                              "mpirun -np 2 or more (got %d process)" % (name, comm.Get_size()))
         resolved = cls.resolve_options(options, comm.Get_size(), servers)
         buffer = _as_buffer(params, "params")
-        problem = compressed.buffer_problem(resolved, buffer, cls.server_based)
-        if problem:
-            raise UsageError(problem)
         two_level.choice()      # a bad PSGD_COMPRESSION_HIERARCHY, before any exchange
         needs_grads = cls.needs_grads
         if needs_grads and grads is None:

@@ -8,6 +8,7 @@ import pytest
 import psgd
 from compression_replay import roundtrip
 from psgd import kernels
+from psgd.backend import to_numpy
 from psgd.buffers import shard_bounds
 from psgd.compression import quantizer
 from psgd.errors import UsageError
@@ -25,10 +26,12 @@ def step(k, t):
     return (np.random.default_rng(10 * k + t).standard_normal(SIZE) * 0.1).astype(np.float32)
 
 
-def turns(comm, servers, name, **options):
-    """Run the workers one at a time; the final center (on rank 0) and
-    each worker's model, gathered on every rank."""
-    sync = psgd.create(name, initial(), comm=comm, servers=servers, **options)
+def turns(comm, servers, name, xp=np, **options):
+    """Run the workers one at a time, the models in `xp`'s arrays (a
+    device's: tests/mpi/device); the final center (on rank 0) and each
+    worker's model, gathered on every rank."""
+    sync = psgd.create(name, [xp.asarray(a) for a in initial()], comm=comm, servers=servers,
+                       **options)
     workers = comm.Split(int(comm.rank < servers), comm.rank)
     if comm.rank < servers:
         sync.run()
@@ -36,12 +39,12 @@ def turns(comm, servers, name, **options):
         for t in range(SYNCS):
             for k in range(servers, comm.size):
                 if comm.rank == k:
-                    sync.buffer.data[...] += step(k, t)
+                    sync.buffer.data[...] += xp.asarray(step(k, t))
                     sync.synchronize(10)
                 workers.Barrier()
         sync.stop()
     workers.Free()
-    everything = comm.allgather(sync.buffer.data.copy())
+    everything = comm.allgather(to_numpy(sync.buffer.data, copy=True))
     sync.close()
     return everything
 

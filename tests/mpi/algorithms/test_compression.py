@@ -121,14 +121,6 @@ def test_fp16_overflow_names_the_sync_on_every_rank(comm):
     sync.close()
 
 
-@pytest.mark.parametrize("name", ["asgd", "masgd"])
-def test_a_device_buffers_push_refuses_compression_in_one_line(comm, sim, name):
-    params = [sim.asarray(a) for a in initial()]
-    with pytest.raises(UsageError, match=r"compression=1bit: the compressed push of device "
-                       r"\(CuPy\) buffers is not built yet"):
-        psgd.create(name, params, comm=comm, compression="1bit")
-
-
 def test_a_plain_checkpoint_resumes_compressed(comm):
     """bsp's start point, absent from a checkpoint taken without
     compression, is the model the checkpoint was taken on."""

@@ -3,7 +3,8 @@ bmuf, sod and syncgrad with the model on the simulated device, staged and
 direct (and on a GPU, where one is lent), against the host path on the same
 schedule, which tests/mpi/algorithms/test_compression.py replays against
 the contract: every rank decodes the same bytes, and every sync leaves the
-host path's model. The simulated device runs a copy only when its stream
+host path's model. The same for asgd's and masgd's compressed push
+(test_compressed_push.py replays the host path). The simulated device runs a copy only when its stream
 is synchronized, so a missing synchronization around the staging breaks
 these. Then the residuals as state: a checkpoint from the device resumes,
 and reset_to zeroes them."""
@@ -13,6 +14,7 @@ import pytest
 import psgd
 from compression_schedule import (KINDS, OPTIONS, SHAPES, agree_bitwise, counts, drive,
                                   initial, step)
+from device_util import load
 from psgd.backend import to_numpy
 
 pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.timeout(120)]
@@ -122,3 +124,18 @@ def test_the_two_level_sum_of_device_buffers_is_the_hosts(comm, xp, host_pairs, 
         assert not to_numpy(device.compressed.residual).any()
     for obj in (host, device):
         obj.close()
+
+
+push = load("algorithms/test_compressed_push.py")
+
+
+@pytest.mark.parametrize("name", ["asgd", "masgd"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_push_from_a_device_is_the_hosts(comm, xp, name, kind):
+    """The worker's delta comes to the host to be encoded, the server
+    decodes into its shard's mirror: the host path's centers and models."""
+    servers = 2 if comm.size >= 3 and kind == "1bit" else 1
+    options = dict(compression=kind, compression_block=push.BLOCK)
+    host = push.turns(comm, servers, name, **options)
+    device = push.turns(comm, servers, name, xp=xp, **options)
+    same_as_host(device, host, xp)
