@@ -122,15 +122,13 @@ class Compression:
         self.kind, self.start = kind, start
         self._comm, self._dtype, self._q, self._xp = comm, dtype, quantizer(kind, block), xp
         self.striped = self._on_device(two_level.make(comm, size, dtype, self._q) or
-                                       StripedSum(comm, size, dtype, self._q), size)
+                                       StripedSum(comm, size, dtype, self._q))
         self.parts = {0: self.striped}     # the sums, by their range's first element
         self._scratch = None
 
-    def _on_device(self, host_sum, size):
+    def _on_device(self, host_sum):
         """A device buffer's sums are staged through the host (device.py)."""
-        if self._xp is np:
-            return host_sum
-        return DeviceSum(host_sum, size, self._dtype, self._xp)
+        return host_sum if self._xp is np else DeviceSum(host_sum, self._xp)
 
     def _host_sum(self, part):
         return part.inner if isinstance(part, DeviceSum) else part
@@ -148,7 +146,7 @@ class Compression:
             part = two_level.TwoLevelSum(whole.levels, size, self._dtype, self._q)
         else:
             part = StripedSum(self._comm, size, self._dtype, self._q)
-        return self._on_device(part, size)
+        return self._on_device(part)
 
     @property
     def scratch(self):
@@ -210,8 +208,9 @@ class Compression:
 
     def close(self):
         """Collective: frees the host split of a two-level sum (its parts share it)."""
-        if isinstance(self._host_sum(self.striped), two_level.TwoLevelSum):
-            self.striped.close()
+        whole = self._host_sum(self.striped)
+        if isinstance(whole, two_level.TwoLevelSum):
+            whole.close()
 
 
 class Push:

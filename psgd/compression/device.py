@@ -36,11 +36,12 @@ class DeviceFeedback:
 
 
 class DeviceSum:
-    """StripedSum's interface (feedback, sum, close) for a device buffer of
-    `size` elements around `inner`, a host sum of the same size."""
+    """StripedSum's interface (feedback, sum) for a device buffer around
+    `inner`, a host sum of the same size, whose e_k gives size and dtype."""
 
-    def __init__(self, inner, size, dtype, xp):
+    def __init__(self, inner, xp):
         self.inner = inner
+        size, dtype = inner.feedback.worker.size, inner.feedback.worker.dtype
         self._e = FlatBuffer(xp.zeros(size, dtype), [(size,)])
         self._result = FlatBuffer(xp.zeros(size, dtype), [(size,)])
         inner.feedback.worker = self._e.host     # the host sum works on e_k's mirror
@@ -54,8 +55,3 @@ class DeviceSum:
         self._result.from_host()
         out[...] = self._result.data
         return totals
-
-    def close(self):
-        close = getattr(self.inner, "close", None)
-        if close is not None:
-            close()

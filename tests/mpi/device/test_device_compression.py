@@ -4,9 +4,9 @@ direct (and on a GPU, where one is lent), against the host path on the same
 schedule, which tests/mpi/algorithms/test_compression.py replays against
 the contract: every rank decodes the same bytes, and every sync leaves the
 host path's model. The same for asgd's and masgd's compressed push
-(test_compressed_push.py replays the host path). The simulated device runs a copy only when its stream
-is synchronized, so a missing synchronization around the staging breaks
-these. Then the residuals as state: a checkpoint from the device resumes,
+(test_compressed_push.py replays the host path). The simulated device
+runs a copy only when its stream is synchronized, so a missing
+synchronization around the staging breaks these. Then the residuals as state: a checkpoint from the device resumes,
 and reset_to zeroes them."""
 import numpy as np
 import pytest
