@@ -8,7 +8,9 @@ writes NaN, dies while writing a checkpoint) at a given epoch and step,
 then runs the real CLI, psgd.worker.main. psgd itself has no test hooks.
 FAULT keys: what (raise | sleep | nan | kill-in-save | slow | die), rank, epoch,
 step, every (nan from `step` on), seconds (sleep; slow: added to every step),
-factor (slow: every step of the rank takes this much longer, from the start), sync (the easgd server fails
+factor (slow: every step of the rank computes this much longer, from the start,
+busy as a slower processor would be: a sleep would hand its core to the
+others on an oversubscribed machine), sync (the easgd server fails
 or sleeps at that sync instead), at_epoch_end (the fault strikes as the
 rank begins the end of epoch `epoch`, its collectives, instead of at a
 step), pace (seconds slept at every epoch start,
@@ -70,7 +72,10 @@ def faulty_loss_and_grad(self, *args, **kwargs):
     started = time.perf_counter()
     loss = loss_and_grad(self, *args, **kwargs)
     if MINE and WHAT == "slow":
-        time.sleep(FAULT["factor"] * (time.perf_counter() - started) + FAULT.get("seconds", 0))
+        busy_until = time.perf_counter() + FAULT["factor"] * (time.perf_counter() - started)
+        while time.perf_counter() < busy_until:
+            pass
+        time.sleep(FAULT.get("seconds", 0))
     at["step"] += 1
     if MINE and not FAULT.get("at_epoch_end") and at["epoch"] == FAULT.get("epoch", 0) and (
             at["step"] == FAULT.get("step", 1)

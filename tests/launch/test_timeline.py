@@ -60,7 +60,7 @@ def test_a_rank_slowed_by_30_percent_in_compute_is_named(tmp_path, driver, algo)
     # equal shares: by speed (easgd's default) the slow rank takes less of
     # each epoch and no longer holds the others (tests/launch/test_work_shares.py)
     shares = ["--work-shares", "equal"] if algo == "easgd" else []
-    result = mpirun(3, [driver, json.dumps(fault), "--algo", algo, "--epochs", "3",
+    result = mpirun(3, [driver, json.dumps(fault), "--algo", algo, "--epochs", "5",
                         "--metrics", str(tmp_path / "m.jsonl")] + shares, timeout=150)
     assert result.returncode == 0, result.stderr
     line = straggler_lines(result)
