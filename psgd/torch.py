@@ -25,6 +25,8 @@ it (DistributedOptimizer). A gradient torch allocated elsewhere
 algorithms (easgd, asgd, masgd) return `sync.role == "server"` on rank 0:
 call `sync.run()` there; rank 0's model then holds the center.
 """
+import contextlib
+
 import numpy as np
 import torch
 
@@ -48,8 +50,9 @@ def create(name, model, comm=None, buffers=False, bucket_mb=None, **options):
     `bucket_mb` (syncgrad): megabytes of gradients per sum (default 25, as
     DDP; 0: one bucket per tensor). syncgrad's buckets are summed through
     MPI: `exchange` other than mpi is refused with syncgrad. `compression`
-    (fp16 | bf16 | 1bit; model on the CPU): each bucket is a compressed sum
-    of its own, with its own error-feedback residuals."""
+    (fp16 | bf16 | 1bit): each bucket is a compressed sum of its own, with
+    its own error-feedback residuals; a CUDA model's residuals stay on its
+    GPU, its buckets staged through pinned memory (psgd/compression/device.py)."""
     comm = mpi.communicator(comm)
     error = plan = None
     try:
@@ -59,10 +62,6 @@ def create(name, model, comm=None, buffers=False, bucket_mb=None, **options):
                 raise UsageError("psgd.torch syncgrad sums its buckets through MPI; "
                                  "exchange=%r is not supported with it" % options["exchange"])
             options["exchange"] = "mpi"
-        if plan.device.type == "cuda" and options.get("compression", "none") != "none":
-            # the buckets' sums run on the transfer thread, beside torch's stream
-            raise UsageError("psgd.torch: compression=%s of a CUDA model is not built yet; use "
-                             "compression=none on a GPU" % options["compression"])
     except UsageError as exc:
         error = exc
     agreement.agree(comm, error)
@@ -167,9 +166,20 @@ class _Bound:
         return None
 
 
-def _local_step(optimizer):
-    """The optimizer's own step (DistributedOptimizer's would synchronize)."""
-    return getattr(optimizer, "local_step", optimizer.step)
+def _local_step(optimizer, device):
+    """The optimizer's own step (DistributedOptimizer's would synchronize),
+    taken inside psgd's sync: on a GPU after psgd's kernels so far, and done
+    before psgd's next ones (torch and CuPy may queue on different streams)."""
+    step = getattr(optimizer, "local_step", optimizer.step)
+    if device.type != "cuda":
+        return step
+
+    def ordered_step():
+        import cupy
+        cupy.cuda.get_current_stream().synchronize()
+        step()
+        _torch_done(device)
+    return ordered_step
 
 
 class TorchSync(mpi.Closeable):
@@ -214,7 +224,7 @@ class TorchSync(mpi.Closeable):
         with _current(self._device):
             self._before()
             if steps:
-                more = self.algorithm.synchronize_step(n_k, _local_step(optimizer))
+                more = self.algorithm.synchronize_step(n_k, _local_step(optimizer, self._device))
             else:
                 more = self.algorithm.synchronize(n_k)
             self._after(optimizer)
@@ -227,7 +237,7 @@ class TorchSync(mpi.Closeable):
         with _current(self._device):
             self._before()
             if self._grads is not None:
-                step = None if optimizer is None else _local_step(optimizer)
+                step = None if optimizer is None else _local_step(optimizer, self._device)
                 result = self.algorithm.stop(n_k, step=step)
             else:
                 result = self.algorithm.stop(n_k)
@@ -335,20 +345,9 @@ def _current(device):
     without torch.cuda.set_device(1) would otherwise meet "peer access is
     unavailable"); nothing on the CPU."""
     if device.type != "cuda":
-        return _ON_THE_HOST
+        return contextlib.nullcontext()
     import cupy
     return cupy.cuda.Device(device.index)
-
-
-class _OnTheHost:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return None
-
-
-_ON_THE_HOST = _OnTheHost()
 
 
 def _torch_done(device):

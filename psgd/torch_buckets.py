@@ -60,8 +60,8 @@ class Bucket:
         """`here`: in the caller, at once (it would only wait anyway)."""
         self._handle = self.exchange.allreduce_async(*self._shifted(before, after), here=here)
 
-    def start_compressed(self, algorithm, here=False):
-        self._handle = algorithm.sum_compressed_async(self.lo, self.hi, here=here)
+    def start_compressed(self, algorithm, ready=None, here=False):
+        self._handle = algorithm.sum_compressed_async(self.lo, self.hi, here, ready)
 
     def _shifted(self, before, after):
         lo = self.lo
@@ -166,15 +166,15 @@ class Buckets:
 
     def _start(self, bucket, now=False):
         self._next += 1
-        if self.algorithm.compressing():    # host buffers only (refused on a GPU)
-            bucket.start_compressed(self.algorithm, here=now)
+        # on a device: the gradients' kernels, queued so far, then the sum
+        ready = self._device_event().synchronize if self._device_event is not None else None
+        if self.algorithm.compressing():
+            bucket.start_compressed(self.algorithm, ready, here=now)
             return
         fold = self.algorithm.fold
-        if self._device_event is not None:      # the gradients' kernels, then the sum
-            event = self._device_event()
-
+        if ready is not None:
             def fold(lo, hi, fold=fold):
-                event.synchronize()
+                ready()
                 fold(lo, hi)
         bucket.start(fold, self.algorithm.unfold, here=now)
 

@@ -20,8 +20,9 @@ def in_turns(comm, workers, rank, action):
         workers.Barrier()
 
 
-def drive(comm, name, step_torch, step_numpy, device="cpu", zero_to_none=True):
-    """(torch path's final flat model, NumPy path's) on this rank."""
+def drive(comm, name, step_torch, step_numpy, device="cpu", zero_to_none=True, **options):
+    """(torch path's final flat model, NumPy path's) on this rank; `options`
+    the algorithm's, on both."""
     from mpi4py import MPI
     rank = comm.rank
     server_based = psgd.algorithms.REGISTRY[name].server_based
@@ -30,9 +31,9 @@ def drive(comm, name, step_torch, step_numpy, device="cpu", zero_to_none=True):
 
     model = cnn(seed=rank).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
-    sync = psgd.torch.create(name, model, comm=comm)
+    sync = psgd.torch.create(name, model, comm=comm, **options)
     params = [a.copy() for a in [p.detach().cpu().numpy() for p in cnn(seed=rank).parameters()]]
-    ref = psgd.create(name, params, comm=comm, **(
+    ref = psgd.create(name, params, comm=comm, **options, **(
         {"grads": [np.zeros_like(a) for a in params]} if name == "syncgrad" else {}))
 
     for run, obj in (("torch", sync), ("numpy", ref)):

@@ -145,10 +145,17 @@ class SyncGrad(compressed.LocalMomentum, CollectiveWorker):
                                                  self._problem is not None, at=lo, wait=wait)
         self.unfold(lo, hi)
 
-    def sum_compressed_async(self, lo, hi, here=False):
+    def sum_compressed_async(self, lo, hi, here=False, ready=None):
         """sum_compressed on psgd's transfer thread (Exchange.allreduce_async's
-        Handle); it polls, sleeping between tests, so backward keeps the cores."""
-        return mpi_async.start(lambda: self.sum_compressed(lo, hi, _polled), None, here)
+        Handle), with the buffer's device current; it polls, sleeping between
+        tests, so backward keeps the cores. `ready()`, called there first,
+        returns once the range's gradients are written (a device's kernels)."""
+        def job():
+            if ready is not None:
+                ready()
+            self.sum_compressed(lo, hi, _polled)
+        wire = self.grad_exchange.buffer
+        return mpi_async.start(job, wire.data.device if wire.on_device else None, here)
 
     def open_sync(self, b_k):
         """Check b_k (a bad one is flagged in the tail, so every rank raises

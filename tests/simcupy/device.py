@@ -19,13 +19,16 @@ consumed); reading a value into Python (float(), .get() without a stream)
 synchronizes the current stream, as CuPy does. The current-device rule
 holds: an operation runs on the current device, and an array of another
 device given to it is an error (peer access is never available here), as is
-a stream of another device. Device memory reaches MPI only through DLPack
+a stream of another device. The current device and stream are each
+thread's own, as in CUDA and CuPy: a new thread (psgd's transfer thread)
+starts on device 0 and its null stream. Device memory reaches MPI only through DLPack
 or __cuda_array_interface__, and only when the simulated MPI library is
 CUDA-aware (`set_mpi`): a host-only MPI given a device pointer fails at the
 call, where a real one would crash or send garbage.
 """
 import collections
 import os
+import threading
 
 import numpy as np
 
@@ -104,25 +107,55 @@ class Event:
 
 
 class _Device:
-    """One GPU: its null stream, current stream and the streams made on it."""
+    """One GPU: its null stream (one for every thread: the legacy default
+    stream), the streams made on it, and each thread's current stream."""
 
     def __init__(self, device_id):
         self.null = Stream(null=True, device_id=device_id)
-        self.current = self.null
-        self.stack = []
         self.streams = [self.null]
+        self._threads = threading.local()
+
+    @property
+    def current(self):
+        return getattr(self._threads, "current", self.null)
+
+    @current.setter
+    def current(self, stream):
+        self._threads.current = stream
+
+    @property
+    def stack(self):
+        if not hasattr(self._threads, "stack"):
+            self._threads.stack = []
+        return self._threads.stack
 
 
 class _State:
+    """The GPUs, shared by the process's threads; each thread has its own
+    current device (device 0 in a new thread, as cudaSetDevice's is)."""
+
     def __init__(self):
-        self.device = 0
+        self._threads = threading.local()
         self.devices = {}
-        self.device_stack = []
         self.pinned = []          # (start, end) of every page-locked allocation
         self.mpi_cuda_aware = False
         self.toolkit = True       # CUDA headers present: kernels compile
         self.allocated = 0        # device arrays made (a per-sync allocation shows)
         self.shared_gpus = False  # share_gpus(): every process of a host on the same GPUs
+
+    @property
+    def device(self):
+        return getattr(self._threads, "device", 0)
+
+    @device.setter
+    def device(self, device_id):
+        self._threads.device = device_id
+
+    @property
+    def device_stack(self):
+        if not hasattr(self._threads, "device_stack"):
+            self._threads.device_stack = []
+        return self._threads.device_stack
 
     def here(self):
         return self.on(self.device)
