@@ -168,8 +168,7 @@ class _Bound:
 
 def _local_step(optimizer, device):
     """The optimizer's own step (DistributedOptimizer's would synchronize),
-    taken inside psgd's sync: on a GPU after psgd's kernels so far, and done
-    before psgd's next ones (torch and CuPy may queue on different streams)."""
+    on a GPU between psgd's kernels before it and after it (other streams)."""
     step = getattr(optimizer, "local_step", optimizer.step)
     if device.type != "cuda":
         return step

@@ -1,9 +1,13 @@
 """psgd.torch is optional and floor 3: only psgd/torch.py imports torch, and
-it leans on the algorithms and the runtime floor only (docs/architecture.md)."""
+it leans on the algorithms, the runtime floor and the standard library only
+(docs/architecture.md)."""
 import ast
+import importlib.util
+import os
 import pathlib
 import subprocess
 import sys
+import sysconfig
 
 import psgd
 
@@ -32,12 +36,25 @@ def test_only_psgd_torch_imports_torch():
             assert not (level and name.split(".")[0] == "torch" and path.parent == ROOT), path
 
 
+def standard_library(name):
+    spec = importlib.util.find_spec(name)
+    where = os.path.realpath(sysconfig.get_paths()["stdlib"])
+    return spec is not None and (spec.origin in ("built-in", "frozen") or os.path.realpath(
+        spec.origin).startswith(where + os.sep))
+
+
 def test_psgd_torch_imports_point_down():
     for name, level in imports(ROOT / "torch.py"):
         if level:
             assert name.split(".")[0] in ALLOWED, name
         else:
-            assert name.split(".")[0] in ("numpy", "torch", "mpi4py", "cupy"), name
+            top = name.split(".")[0]
+            assert top in ("numpy", "torch", "mpi4py", "cupy") or standard_library(top), name
+
+
+def test_the_standard_library_is_told_from_the_rest():
+    assert standard_library("contextlib") and standard_library("sys")
+    assert not standard_library("numpy") and not standard_library("psgd")
 
 
 def test_import_psgd_does_not_import_torch():
