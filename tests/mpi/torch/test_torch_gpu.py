@@ -10,7 +10,7 @@ if not torch.cuda.is_available():
     pytest.skip("no CUDA device for torch", allow_module_level=True)
 
 import psgd.torch  # noqa: E402
-from torch_models import cnn  # noqa: E402
+from torch_models import LR, backward_toward, cnn, counts, flat, targets  # noqa: E402
 from torch_drive import (drive, grad_step_numpy, grad_step_torch,  # noqa: E402
                          model_step_numpy, model_step_torch)
 
@@ -53,6 +53,31 @@ def test_cuda_compressed_sums_match_numpy(comm, name, kind):
                               else (model_step_torch, model_step_numpy))
     got, expected = drive(comm, name, step_torch, step_numpy, device=device(),
                           compression=kind, compression_block=64)
+    assert np.mean(np.abs(got - expected) > 1e-3) < 0.01, np.abs(got - expected).max()
+
+
+def optimizer_run(comm, where, kind):
+    """DistributedOptimizer over compressed syncgrad in three buckets: the
+    count known before backward, so the first two leave from backward's
+    hooks on psgd's transfer thread. The final flat model."""
+    model = cnn(seed=comm.rank).to(where)
+    sync = psgd.torch.create("syncgrad", model, comm=comm, bucket_mb=3e-5, compression=kind,
+                             compression_block=64)
+    assert len(sync.buckets.buckets) == 3
+    opt = psgd.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR), sync)
+    for t in range(4):
+        opt.zero_grad()
+        opt.samples = counts(comm.rank, t)
+        backward_toward(model, targets(model, comm.rank, t))
+        opt.step()
+    opt.stop()
+    sync.close()
+    return flat(model.parameters())
+
+
+@pytest.mark.parametrize("kind", ["fp16", "1bit"])
+def test_cuda_buckets_compressed_from_backward_match_the_cpu_model(comm, kind):
+    got, expected = (optimizer_run(comm, where, kind) for where in (device(), "cpu"))
     assert np.mean(np.abs(got - expected) > 1e-3) < 0.01, np.abs(got - expected).max()
 
 
