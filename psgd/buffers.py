@@ -106,6 +106,11 @@ class FlatBuffer:
     def on_device(self):
         return not isinstance(self.data, np.ndarray)
 
+    @property
+    def device(self):
+        """The CuPy device the data lives on; None on the host."""
+        return self.data.device if self.on_device else None
+
     def like(self):
         """A new zero buffer of the same layout, dtype and device."""
         return FlatBuffer(self.xp.zeros_like(self.data), self.shapes, self.tail)

@@ -276,8 +276,7 @@ class Exchange:
             mpi_async.poll(Request(Iallreduce(self.comm, self._readable()), self._received).test)
             if after:
                 after(0, self.buffer.size)
-        return mpi_async.start(job, self.buffer.data.device if self.buffer.on_device else None,
-                               here)
+        return mpi_async.start(job, self.buffer.device, here)
 
     def bcast(self, root=MAIN_RANK):
         Bcast(self.comm, self._readable(), root)

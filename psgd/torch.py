@@ -174,8 +174,7 @@ def _local_step(optimizer, device):
         return step
 
     def ordered_step():
-        import cupy
-        cupy.cuda.get_current_stream().synchronize()
+        _psgd_done(device)
         step()
         _torch_done(device)
     return ordered_step
@@ -318,9 +317,7 @@ class TorchSync(mpi.Closeable):
         _torch_done(self._device)
 
     def _after(self, optimizer):
-        if self._device.type == "cuda":     # psgd's work, on CuPy's stream of the model's GPU
-            import cupy
-            cupy.cuda.get_current_stream().synchronize()
+        _psgd_done(self._device)
         if optimizer is not None and self.algorithm.clears_local_state:
             optimizer.state.clear()
 
@@ -347,6 +344,13 @@ def _current(device):
         return contextlib.nullcontext()
     import cupy
     return cupy.cuda.Device(device.index)
+
+
+def _psgd_done(device):
+    """psgd's work on the model's GPU is done (queued on CuPy's current stream)."""
+    if device.type == "cuda":
+        import cupy
+        cupy.cuda.get_current_stream().synchronize()
 
 
 def _torch_done(device):

@@ -154,8 +154,7 @@ class SyncGrad(compressed.LocalMomentum, CollectiveWorker):
             if ready is not None:
                 ready()
             self.sum_compressed(lo, hi, _polled)
-        wire = self.grad_exchange.buffer
-        return mpi_async.start(job, wire.data.device if wire.on_device else None, here)
+        return mpi_async.start(job, self.grad_exchange.buffer.device, here)
 
     def open_sync(self, b_k):
         """Check b_k (a bad one is flagged in the tail, so every rank raises

@@ -106,33 +106,45 @@ class Event:
         return self._stream._done >= self._position
 
 
+class _PerThread:
+    """An attribute each thread has its own of (its class keeps a
+    threading.local in `_threads`), `first(obj)` in a thread that has not
+    set it yet."""
+
+    def __init__(self, first):
+        self.first = first
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        if not hasattr(obj._threads, self.name):
+            setattr(obj._threads, self.name, self.first(obj))
+        return getattr(obj._threads, self.name)
+
+    def __set__(self, obj, value):
+        setattr(obj._threads, self.name, value)
+
+
 class _Device:
     """One GPU: its null stream (one for every thread: the legacy default
     stream), the streams made on it, and each thread's current stream."""
+    current = _PerThread(lambda device: device.null)
+    stack = _PerThread(lambda device: [])
 
     def __init__(self, device_id):
         self.null = Stream(null=True, device_id=device_id)
         self.streams = [self.null]
         self._threads = threading.local()
 
-    @property
-    def current(self):
-        return getattr(self._threads, "current", self.null)
-
-    @current.setter
-    def current(self, stream):
-        self._threads.current = stream
-
-    @property
-    def stack(self):
-        if not hasattr(self._threads, "stack"):
-            self._threads.stack = []
-        return self._threads.stack
-
 
 class _State:
     """The GPUs, shared by the process's threads; each thread has its own
     current device (device 0 in a new thread, as cudaSetDevice's is)."""
+    device = _PerThread(lambda state: 0)
+    device_stack = _PerThread(lambda state: [])
 
     def __init__(self):
         self._threads = threading.local()
@@ -142,20 +154,6 @@ class _State:
         self.toolkit = True       # CUDA headers present: kernels compile
         self.allocated = 0        # device arrays made (a per-sync allocation shows)
         self.shared_gpus = False  # share_gpus(): every process of a host on the same GPUs
-
-    @property
-    def device(self):
-        return getattr(self._threads, "device", 0)
-
-    @device.setter
-    def device(self, device_id):
-        self._threads.device = device_id
-
-    @property
-    def device_stack(self):
-        if not hasattr(self._threads, "device_stack"):
-            self._threads.device_stack = []
-        return self._threads.device_stack
 
     def here(self):
         return self.on(self.device)
