@@ -12,8 +12,9 @@ run of repeats, for:
   two-level ...    the same through psgd.hierarchy: summed into one leader
                    per host over shared memory, the leaders' exchange, a
                    broadcast inside the host
-  bmuf fp16/1bit   bmuf's compressed synchronize, flat and two-level
-                   (PSGD_COMPRESSION_HIERARCHY off and on)
+  bmuf fp16/1bit   bmuf's compressed synchronize, flat, two-level through
+                   one leader per host, and sliced (PSGD_COMPRESSION_HIERARCHY
+                   off, leader and on: psgd/algorithms/two_level.py)
 
 Bytes are exact (the counters see every frame, TCP and Ethernet headers
 included; the repeats' barriers add a few hundred bytes); times are the
@@ -76,7 +77,8 @@ def _exchanges(comm, size):
     except ImportError:
         return out, levels
     for kind in STRIPED:
-        for name, how in (("bmuf %s" % kind, "off"), ("two-level bmuf %s" % kind, "on")):
+        for name, how in (("bmuf %s" % kind, "off"), ("two-level bmuf %s" % kind, "leader"),
+                          ("sliced bmuf %s" % kind, "on")):
             out.append((name, _bmuf(comm, size, kind, how)))
         flat = compression.StripedSum(comm, size, np.float32, compression.quantizer(kind))
         out.append(("striped %s" % kind, lambda s=flat: s.sum(data)))
@@ -263,8 +265,11 @@ def _markdown(headers, rows):
           "hosts), the striped compressed sum (`psgd.compression`) and the same through "
           "`psgd.hierarchy` (`two-level`: summed into one leader per host over shared "
           "memory, the exchange among the leaders, a broadcast inside the host), and "
-          "bmuf's compressed `synchronize` (count and sum) flat and two-level "
-          "(`PSGD_COMPRESSION_HIERARCHY=off` and `on`; auto picks two-level at 2 x 2). `sent` "
+          "bmuf's compressed `synchronize` (count and sum) flat, two-level through one leader "
+          "per host, and sliced (each host's ranks reduce-scatter the sum, rank i of every "
+          "host exchanges slice i, an all-gather inside the host; "
+          "`PSGD_COMPRESSION_HIERARCHY=off`, `leader` and `on`; auto picks sliced at 2 x 2). "
+          "`sent` "
           "and `received`: bytes per sum on the busier host's link, from the host's own "
           "interface counters (exact, TCP/IP headers included); `vs minimum`: against "
           "2 (H-1)/H x 4 bytes x parameters, what a host-aware uncompressed allreduce "

@@ -95,20 +95,24 @@ def _packing(sizes, quick):
 
 def _bytes_sent(obj, size, P, hosts):
     """What rank 0 sends per sync by the ring-optimal share, 2 (P-1)/P of
-    its message among P: on one host the ranks; across H hosts the host
-    leaders (a hierarchical sum's share, what must cross a host's link),
-    which is what psgd's two-level sum runs when a host has several ranks."""
+    its message among P: on one host the ranks; across H hosts the hosts
+    (what must cross a host's link: psgd's two-level sum sends the host's
+    sum from its leader, or a slice of it from each of its ranks)."""
     if hosts > 1:
         P = hosts
     if obj.compressed is None:
         return 2 * (P - 1) / P * 4 * size
     striped = obj.compressed.striped
     levels = getattr(striped, "levels", None)
+    ranks = 1
     if levels is not None:
-        if not levels.is_leader:
+        from psgd.algorithms import two_level
+        if isinstance(striped, two_level.SlicedSum):
+            ranks = levels.local.Get_size()   # the host's ranks send a slice each
+        elif not levels.is_leader:
             return 0.0          # its sum stays on its host (only rank 0's is reported)
         striped = striped.striped
-    return 2 * (P - 1) / P * int(sum(striped.sizes))
+    return 2 * (P - 1) / P * int(sum(striped.sizes)) * ranks
 
 
 def child(argv):

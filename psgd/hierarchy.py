@@ -6,7 +6,9 @@ all-to-all and all-gather) then sends a host's data once per rank instead
 of once per host. Here the ranks of a host sum into their leader over
 shared memory, the leaders alone run the inter-host sum (any callable:
 an Allreduce, the striped compressed sum), and each leader hands the
-result back to its host's ranks.
+result back to its host's ranks. The split also gives, across hosts, the
+ranks of each local rank (`cross`), on which the compressed sum's sliced
+form exchanges a slice per local rank (psgd/algorithms/two_level.py).
 """
 from mpi4py import MPI
 
@@ -14,8 +16,9 @@ from .mpi import mpi_type
 
 
 class Hierarchy:
-    """`comm` split into hosts (`local`) and their leaders (`leaders`:
-    COMM_NULL on every rank that leads no host)."""
+    """`comm` split into hosts (`local`), and across them by local rank
+    (`cross`: local rank i of every host, rank ascending); `leaders` is the
+    cross communicator of local rank 0 (COMM_NULL on every other rank)."""
 
     def __init__(self, comm, host=None):
         rank = comm.Get_rank()
@@ -25,7 +28,11 @@ class Hierarchy:
             # the tests fake several hosts on one machine
             self.local = comm.Split(int(host), key=rank)
         self.is_leader = self.local.Get_rank() == 0
-        self.leaders = comm.Split(0 if self.is_leader else MPI.UNDEFINED, key=rank)
+        self.cross = comm.Split(self.local.Get_rank(), key=rank)
+
+    @property
+    def leaders(self):
+        return self.cross if self.is_leader else MPI.COMM_NULL
 
     @property
     def hosts(self):
@@ -62,10 +69,10 @@ class Hierarchy:
 
     def close(self):
         """Frees the communicators (collective)."""
-        for c in (self.local, self.leaders):
+        for c in (self.local, self.cross):
             if c != MPI.COMM_NULL:
                 c.Free()
-        self.local = self.leaders = MPI.COMM_NULL
+        self.local = self.cross = MPI.COMM_NULL
 
 
 def create(comm, host=None):

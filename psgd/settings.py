@@ -48,9 +48,11 @@ SETTINGS = {
                 "0: one message"),
     "PSGD_COMPRESSION_HIERARCHY": Setting(
         "compression hierarchy", TEXT, "auto",
-        meaning="auto | on | off: the compressed sums in two levels (inside each host, then "
-                "among host leaders); auto: when the ranks span hosts and some host has "
-                "several (psgd/algorithms/two_level.py)"),
+        meaning="auto | on | leader | off: the compressed sums in two levels (inside each "
+                "host, then across hosts: sliced among every local rank where hosts have as "
+                "many ranks each, else through one leader per host; leader: always so); auto: "
+                "when the ranks span hosts and some host has several "
+                "(psgd/algorithms/two_level.py)"),
     # Where the arrays live and what carries them.
     "PSGD_BACKEND": Setting(
         "backend", TEXT, "auto", meaning="auto | numpy | cupy, when --backend is not given"),

@@ -142,8 +142,8 @@ class Compression:
 
     def _sum_of(self, size):
         whole = self._host_sum(self.striped)
-        if isinstance(whole, two_level.TwoLevelSum):     # the same host split
-            part = two_level.TwoLevelSum(whole.levels, size, self._dtype, self._q)
+        if isinstance(whole, two_level.OverHosts):     # the same host split
+            part = whole.like(size, self._dtype, self._q)
         else:
             part = StripedSum(self._comm, size, self._dtype, self._q)
         return self._on_device(part)
@@ -209,7 +209,7 @@ class Compression:
     def close(self):
         """Collective: frees the host split of a two-level sum (its parts share it)."""
         whole = self._host_sum(self.striped)
-        if isinstance(whole, two_level.TwoLevelSum):
+        if isinstance(whole, two_level.OverHosts):
             whole.close()
 
 

@@ -15,9 +15,11 @@ PREFIX = "residual"
 
 
 class ErrorFeedback:
-    def __init__(self, size, stripe, dtype):
-        self.worker = np.zeros(size, dtype)     # e_k
-        self.owner = np.zeros(stripe, dtype)    # r_j
+    def __init__(self, size, stripe, dtype, worker=None, owner=None):
+        """`worker`, `owner`: arrays to keep e_k and r_j in (views another
+        sum shares), else zeros of `size` and `stripe` elements."""
+        self.worker = np.zeros(size, dtype) if worker is None else worker    # e_k
+        self.owner = np.zeros(stripe, dtype) if owner is None else owner     # r_j
 
     def zero(self):
         self.worker.fill(0)

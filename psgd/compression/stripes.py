@@ -33,16 +33,17 @@ def _pad8(n):
 
 class StripedSum:
     """The striped, error-fed sum of one flat buffer of `size` elements over
-    `comm`, with wire buffers allocated once."""
+    `comm`, with wire buffers allocated once. `residual`: an array of `size`
+    elements to keep e_k in (a view of a larger one), else its own."""
 
-    def __init__(self, comm, size, dtype, quantizer):
+    def __init__(self, comm, size, dtype, quantizer, residual=None):
         self.comm, self.q = comm, quantizer
         P, rank = comm.Get_size(), comm.Get_rank()
         self.rank, self.P = rank, P
         self.bounds = stripe_bounds(size, P)
         lo, hi = self.bounds[rank]
         self.mine = (lo, hi)
-        self.feedback = ErrorFeedback(size, hi - lo, dtype)
+        self.feedback = ErrorFeedback(size, hi - lo, dtype, worker=residual)
         self.sizes = [_pad8(HEADER_BYTES + quantizer.nbytes(b - a)) for a, b in self.bounds]
         self.offsets = np.cumsum([0] + self.sizes[:-1]).tolist()
         total = sum(self.sizes)

@@ -96,23 +96,35 @@ def test_a_device_checkpoint_resumes_and_reset_to_zeroes_the_residuals(comm, xp)
         obj.close()
 
 
-@pytest.fixture
-def host_pairs(monkeypatch):
-    """Hosts faked as rank pairs ({0, 1}, {2, 3}, ...), two levels forced
-    (tests/mpi/algorithms/test_compression_hosts.py replays them)."""
+@pytest.fixture(params=["on", "leader"])
+def host_pairs(monkeypatch, request):
+    """Hosts faked as rank pairs ({0, 1}, {2, 3}, ...), two levels forced:
+    sliced where the hosts are even (np 2), else and with `leader` through
+    one leader per host (tests/mpi/algorithms/test_compression_hosts.py
+    replays them)."""
     from psgd import hierarchy, settings
     real = hierarchy.create
     monkeypatch.setattr(hierarchy, "create", lambda comm, host=None: real(
         comm, comm.Get_rank() // 2))
-    old = settings.set("PSGD_COMPRESSION_HIERARCHY", "on")
+    old = settings.set("PSGD_COMPRESSION_HIERARCHY", request.param)
     yield
     settings.set("PSGD_COMPRESSION_HIERARCHY", old)
 
 
+def _held(sync):
+    """The part of e_k this rank holds after a sum: its slice (sliced), all
+    of it (a leader), or none."""
+    from psgd.algorithms import two_level
+    inner = sync.compressed.striped.inner
+    if isinstance(inner, two_level.SlicedSum):
+        return inner.mine
+    return (0, inner.feedback.worker.size) if inner.levels.is_leader else (0, 0)
+
+
 @pytest.mark.parametrize("name", ["bmuf", "syncgrad"])
 def test_the_two_level_sum_of_device_buffers_is_the_hosts(comm, xp, host_pairs, name):
-    """A non-leader's residual goes to its leader's sum and is 0 after it:
-    on a device too, every sync."""
+    """What a rank sends for its host goes to the rank that sums it and is
+    0 after the sum: on a device too, every sync."""
     if name == "syncgrad":
         test_syncgrad_sums_device_gradients_as_the_host(comm, xp, "1bit")
         return
@@ -120,8 +132,9 @@ def test_the_two_level_sum_of_device_buffers_is_the_hosts(comm, xp, host_pairs, 
     device, seen = drive(comm, name, xp=xp, compression="1bit", compression_block=64)
     agree_bitwise(comm, seen)
     same_as_host(seen, host_seen, xp)
-    if comm.Get_rank() % 2:       # a non-leader: its residual went to its leader
-        assert not to_numpy(device.compressed.residual).any()
+    lo, hi = _held(device)
+    e = to_numpy(device.compressed.residual)
+    assert not e[:lo].any() and not e[hi:].any()
     for obj in (host, device):
         obj.close()
 
