@@ -42,16 +42,18 @@ class Replay:
 class HostReplay:
     """The contract over host sums (psgd/algorithms/two_level.py), rank by
     rank: every rank's e_k as psgd keeps it (the caller adds c_k to e[k]),
-    summed exactly inside each host in rank order, then the striped sum of
-    the host sums among the hosts, in one of two forms. leader: the host's
-    first rank sums the whole buffer and keeps its residual. sliced (hosts
-    of L ranks each): the buffer in L slices, local rank i of every host
-    summing slice i and keeping its residual."""
+    summed exactly inside each host, then the striped sum of the host sums
+    among the hosts, in one of two forms. leader: the host's first rank
+    sums the whole buffer (rank ascending) and keeps its residual. sliced
+    (hosts of L ranks each): the buffer in L slices, slice i summed round
+    the host's ring from local rank i + 1 to its owner, local rank i, which
+    keeps its residual."""
 
     def __init__(self, kind, groups, n, block, sliced):
         self.groups = groups
         self.e = [np.zeros(n, np.float32) for _ in range(sum(map(len, groups)))]
         L = len(groups[0])
+        self.sliced = sliced
         self.bounds = [(i * n // L, (i + 1) * n // L) for i in range(L)] if sliced else [(0, n)]
         self.slices = [Replay(kind, len(groups), hi - lo, np.float32, block)
                        for lo, hi in self.bounds]
@@ -60,8 +62,9 @@ class HostReplay:
         G = np.empty_like(self.e[0])
         for i, ((lo, hi), r) in enumerate(zip(self.bounds, self.slices)):
             for h, ranks in enumerate(self.groups):
-                u = self.e[ranks[0]][lo:hi].copy()
-                for k in ranks[1:]:
+                ring = ranks[i + 1:] + ranks[:i + 1] if self.sliced else ranks
+                u = self.e[ring[0]][lo:hi].copy()
+                for k in ring[1:]:
                     u += self.e[k][lo:hi]
                 for k in ranks:
                     self.e[k][lo:hi] = 0

@@ -8,9 +8,11 @@ across the host's link. Two forms send only what one rank per host would:
   slices; inside each host the ranks reduce-scatter their contributions
   exactly, so local rank i holds its host's u of slice i; local rank i of
   every host runs the striped, error-fed sum of slice i with the others;
-  an all-gather inside the host hands every rank all of G. Each rank
-  encodes and decodes 1/L of the buffer, and a host's L exchanges share
-  its link side by side.
+  an all-gather inside the host hands every rank the quantized p_j of
+  every slice, which it decodes: the bytes the link carried, not G in
+  float32. Each rank's count and flags ride in its slice's headers, so
+  every rank sums them from the slices it decodes. Each rank encodes 1/L of the buffer,
+  and a host's L exchanges share its link side by side.
 - leader, for hosts of different sizes: each host sums its ranks'
   contributions exactly into its leader over shared memory, only the
   leaders run the striped sum, and the result and the header totals are
@@ -30,7 +32,7 @@ from mpi4py import MPI
 
 from .. import hierarchy, settings
 from ..compression import ErrorFeedback, StripedSum, stripe_bounds
-from ..compression.stripes import HEADER
+from ..compression.stripes import HEADER, decode_gathered, wire_layout
 from ..errors import UsageError
 from ..mpi import mpi_type
 
@@ -94,34 +96,69 @@ class SlicedSum(OverHosts):
         local = levels.local
         bounds = stripe_bounds(size, local.Get_size())
         self.counts = [hi - lo for lo, hi in bounds]
-        self.displs = [lo for lo, _ in bounds]
         lo, hi = self.mine = bounds[local.Get_rank()]
         e = np.zeros(size, dtype)
         self.striped = StripedSum(levels.cross, hi - lo, dtype, q, residual=e[lo:hi])
         self.feedback = ErrorFeedback(size, 0, dtype, worker=e, owner=self.striped.feedback.owner)
-        self.host_u = np.zeros(hi - lo, dtype)
-        self.totals = np.zeros(2, np.int64)
-        self.type = mpi_type(dtype)
+        # the ring's partial sums in flight, two so a send never reads what
+        # a receive is writing
+        most = max(self.counts)
+        self.partials = (np.zeros(most, dtype), np.zeros(most, dtype))
+        self.type, self.q, self.bounds = mpi_type(dtype), q, bounds
+        # every slice's gathered wire, slice by slice (all hosts alike: the
+        # cross communicators have one rank per host)
+        self.hosts = levels.cross.Get_size()
+        self.layouts = [wire_layout(b - a, self.hosts, q) for a, b in bounds]
+        self.wire_counts = [sum(sizes) for _, sizes, _ in self.layouts]
+        self.wire_displs = np.cumsum([0] + self.wire_counts[:-1]).tolist()
+        self.wires = np.zeros(sum(self.wire_counts), np.uint8)
 
     def sum(self, out, count=0, bad=0, wait=None):
         """out <- G on every rank; (sum of count, sum of bad, overflows).
         `wait`: the striped sum's, across the hosts."""
         local, e, (lo, hi) = self.levels.local, self.feedback.worker, self.mine
-        totals = self.totals
-        totals[:] = (count, bad)
-        local.Allreduce(MPI.IN_PLACE, [totals, MPI.INT64_T], op=MPI.SUM)
-        local.Reduce_scatter([e, self.type], [self.host_u, self.type], self.counts, op=MPI.SUM)
+        self._reduce_scatter(local, e)
         e[:lo] = 0                      # sent: the slice's owner carries it
         e[hi:] = 0
-        e[lo:hi] = self.host_u
         # a device sum stages e through a mirror of its own: take the slice now
         self.striped.feedback.worker = e[lo:hi]
-        count, bad, overflow = self.striped.sum(out[lo:hi], int(totals[0]), int(totals[1]),
-                                                wait)
-        local.Allgatherv(MPI.IN_PLACE, [out, (self.counts, self.displs), self.type])
-        flags = np.array([overflow], np.int64)
-        local.Allreduce(MPI.IN_PLACE, [flags, MPI.INT64_T], op=MPI.SUM)
-        return count, bad, int(flags[0])
+        # this rank's count and flags ride in its slice's headers
+        count, bad, overflow = self.striped.sum(out[lo:hi], count, bad, wait)
+        i = local.Get_rank()
+        at = self.wire_displs[i]
+        self.wires[at:at + self.wire_counts[i]] = self.striped.gathered
+        local.Allgatherv(MPI.IN_PLACE, [self.wires, (self.wire_counts, self.wire_displs),
+                                        MPI.BYTE])
+        for j, ((a, b), layout, at) in enumerate(zip(self.bounds, self.layouts,
+                                                      self.wire_displs)):
+            if j != i:      # and local rank j's in slice j's, summed by its owners
+                header = decode_gathered(self.q, self.wires[at:at + self.wire_counts[j]],
+                                         layout, out[a:b])
+                count += int(header[0]) // self.hosts
+                bad += int(header[1]) // self.hosts
+                overflow += int(header[2])
+        return count, bad, overflow
+
+
+    def _reduce_scatter(self, local, e):
+        """e[slice i] <- the host's sum of slice i on local rank i, exactly:
+        a ring of L - 1 exchanges of a slice each, every slice summed from
+        the next local rank on round to its owner, which adds its own last.
+        (Open MPI's Reduce_scatter took 65 ms for 40 MB at 2 ranks, MPICH's
+        16-19: the ring is what a bandwidth-optimal one sends.)"""
+        L, i = local.Get_size(), local.Get_rank()
+        bounds, t = self.bounds, self.type
+        sent = e
+        for step in range(L - 1):
+            (a, b), (c, d) = bounds[(i - step - 1) % L], bounds[(i - step - 2) % L]
+            into = self.partials[step % 2][:d - c]
+            local.Sendrecv([sent[a:b] if step == 0 else sent, t], (i + 1) % L, 0,
+                           [into, t], (i - 1) % L, 0)
+            if step == L - 2:           # slice i, its owner's own part last
+                np.add(into, e[c:d], out=e[c:d])
+            else:
+                into += e[c:d]
+            sent = into
 
 
 class TwoLevelSum(OverHosts):

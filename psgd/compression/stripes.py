@@ -31,6 +31,24 @@ def _pad8(n):
     return n + (-n) % 8
 
 
+def wire_layout(size, P, quantizer):
+    """(bounds, sizes, offsets): the stripes of `size` elements among P and
+    their messages' bytes and places in a wire that holds all of them."""
+    bounds = stripe_bounds(size, P)
+    sizes = [_pad8(HEADER_BYTES + quantizer.nbytes(b - a)) for a, b in bounds]
+    return bounds, sizes, np.cumsum([0] + sizes[:-1]).tolist()
+
+
+def decode_gathered(quantizer, wire, layout, out):
+    """out <- concat_j D(p_j) from a wire holding every p_j; the sum of
+    their headers."""
+    result = np.zeros(HEADER, np.int64)
+    for (lo, hi), size, offset in zip(*layout):
+        result += wire[offset:offset + HEADER_BYTES].view(np.int64)
+        quantizer.decode(wire[offset + HEADER_BYTES:offset + size], out[lo:hi])
+    return result
+
+
 class StripedSum:
     """The striped, error-fed sum of one flat buffer of `size` elements over
     `comm`, with wire buffers allocated once. `residual`: an array of `size`
@@ -44,8 +62,8 @@ class StripedSum:
         lo, hi = self.bounds[rank]
         self.mine = (lo, hi)
         self.feedback = ErrorFeedback(size, hi - lo, dtype, worker=residual)
-        self.sizes = [_pad8(HEADER_BYTES + quantizer.nbytes(b - a)) for a, b in self.bounds]
-        self.offsets = np.cumsum([0] + self.sizes[:-1]).tolist()
+        self.layout = wire_layout(size, P, quantizer)
+        _, self.sizes, self.offsets = self.layout
         total = sum(self.sizes)
         self.send = np.zeros(total, np.uint8)       # q_k, stripe by stripe
         self.recv = np.zeros(P * self.sizes[rank], np.uint8)   # stripe j of every q_k
@@ -86,9 +104,6 @@ class StripedSum:
         self._header(self.gathered, own)[:] = totals
         wait(self.comm.Iallgatherv(MPI.IN_PLACE, [self.gathered, (self.sizes, self.offsets),
                                                   MPI.BYTE]))
-        result = np.zeros(HEADER, np.int64)
-        for (lo, hi), offset, size in zip(self.bounds, self.offsets, self.sizes):
-            result += self._header(self.gathered, offset)
-            self.q.decode(self._payload(self.gathered, offset, size), out[lo:hi])
+        result = decode_gathered(self.q, self.gathered, self.layout, out)
         # every owner's header holds the sum over all senders: count once
         return int(result[0]) // self.P, int(result[1]) // self.P, int(result[2])

@@ -2,7 +2,8 @@
 hosts faked on one machine: pairs of ranks per host ({0, 1}, {2, 3}, {4}
 at np 5: the leader form), hosts of two ranks each (the first 4 ranks at
 np 5, the first 2 at np 2 and 3: the sliced form), the same through the
-leader form, and one rank per host. Against a serial replay of the
+leader form, a host of three (np 3 and 5: the sliced form's ring), and
+one rank per host. Against a serial replay of the
 contract over host sums (tests/compression_replay.py, HostReplay): bit for
 bit, on every rank. Then the totals on every rank, and the residuals as
 state (checkpoint, reset_to)."""
@@ -23,6 +24,7 @@ pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.timeout(120)]
 SPLITS = {"pairs": (lambda rank: rank // 2, lambda P: P, "on"),
           "even pairs": (lambda rank: rank // 2, lambda P: P - P % 2, "on"),
           "even pairs, leader form": (lambda rank: rank // 2, lambda P: P - P % 2, "leader"),
+          "threes": (lambda rank: rank // 3, lambda P: P - P % 3, "on"),
           "one per host": (lambda rank: rank, lambda P: P, "on")}
 
 
