@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import psgd  # noqa: E402
 import psgd.torch  # noqa: E402
-from compression_replay import Replay  # noqa: E402
+from compression_replay import HostReplay, Replay  # noqa: E402
 from psgd import kernels  # noqa: E402
 from torch_models import LR, cnn, counts, flat, targets  # noqa: E402
 
@@ -29,11 +29,14 @@ def everything(k, t, i):
 
 class BucketReplay:
     """The contract per bucket: every rank's e_k and every owner's r_j of
-    each bucket's striped sum, fed b_k * g_k (g_k as autograd leaves it)."""
+    each bucket's striped sum, fed b_k * g_k (g_k as autograd leaves it);
+    with `hosts` (the ranks of each host, all hosts of one size) the sum
+    sliced across the hosts (HostReplay)."""
 
-    def __init__(self, kind, P, bounds):
+    def __init__(self, kind, P, bounds, hosts=None):
         self.bounds = bounds
-        self.sums = [Replay(kind, P, hi - lo, np.float32, BLOCK) for lo, hi in bounds]
+        self.sums = [Replay(kind, P, hi - lo, np.float32, BLOCK) if hosts is None else
+                     HostReplay(kind, hosts, hi - lo, BLOCK, sliced=True) for lo, hi in bounds]
 
     def mean(self, w, bs, grads):
         """G / b: G the buckets' compressed sums, b the summed count."""
@@ -73,16 +76,18 @@ def gradient(model, w, rank, t, used, parts):
 
 
 def train(comm, kind, bucket_mb, steps, used=everything, active=lambda k, t: True,
-          parts=1):
+          parts=1, hosts=None):
     """DistributedOptimizer over syncgrad with `kind`; after every step its
-    gradients (the mean) and the replay's, on every rank alike."""
+    gradients (the mean) and the replay's, on every rank alike. `hosts`:
+    the replay's, where the sum is sliced across faked hosts."""
     P, rank = comm.size, comm.rank
     model = cnn(seed=rank)
     sync = psgd.torch.create("syncgrad", model, comm=comm, bucket_mb=bucket_mb,
                              compression=kind, compression_block=BLOCK)
     opt = psgd.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR), sync)
     n = sum(p.numel() for p in model.parameters())
-    replay = BucketReplay(kind, P, [(b.lo, min(b.hi, n)) for b in sync.buckets.buckets])
+    replay = BucketReplay(kind, P, [(b.lo, min(b.hi, n)) for b in sync.buckets.buckets],
+                          hosts)
     out = []
     for t in range(steps):
         w = [p.detach().numpy().copy() for p in model.parameters()]
@@ -116,6 +121,34 @@ def test_every_bucket_is_the_replayed_compressed_sum(comm, kind, bucket_mb):
     assert len(sync.buckets.buckets) == {0: 6, 3e-5: 3, 25: 1}[bucket_mb]
     assert sync.algorithm.compressed.parts.keys() == {b.lo for b in sync.buckets.buckets}
     sync.stop(0)
+
+
+@pytest.mark.parametrize("bucket_mb", [0, 3e-5])
+def test_buckets_sliced_across_hosts_replay_the_contract(comm, monkeypatch, bucket_mb):
+    """Hosts faked as rank pairs over the first even number of ranks (2 x 2
+    at np 5, one host of 2 below): every bucket is a sliced sum of its own
+    on the same host split (two_level.SlicedSum.like)."""
+    from mpi4py import MPI
+    from psgd import hierarchy, settings
+    from psgd.algorithms import two_level
+    rank, even = comm.rank, comm.size - comm.size % 2
+    part = comm.Split(0 if rank < even else MPI.UNDEFINED, rank)
+    if part == MPI.COMM_NULL:
+        return
+    real = hierarchy.create
+    monkeypatch.setattr(hierarchy, "create", lambda c, host=None: real(c, c.Get_rank() // 2))
+    old = settings.set("PSGD_COMPRESSION_HIERARCHY", "on")
+    try:
+        pairs = [[k, k + 1] for k in range(0, even, 2)]
+        sync = train(part, "1bit", bucket_mb, 3, hosts=pairs)
+        parts = sync.algorithm.compressed.parts
+        assert len(parts) == len(sync.buckets.buckets) > 1
+        assert all(type(p) is two_level.SlicedSum for p in parts.values())
+        sync.stop(0)
+        sync.close()
+    finally:
+        settings.set("PSGD_COMPRESSION_HIERARCHY", old)
+        part.Free()
 
 
 @pytest.mark.parametrize("bucket_mb", [0, 25])
