@@ -11,8 +11,8 @@ across the host's link. Two forms send only what one rank per host would:
   an all-gather inside the host hands every rank the quantized p_j of
   every slice, which it decodes: the bytes the link carried, not G in
   float32. Each rank's count and flags ride in its slice's headers, so
-  every rank sums them from the slices it decodes. Each rank encodes 1/L of the buffer,
-  and a host's L exchanges share its link side by side.
+  every rank sums them from the slices it decodes. Each rank encodes 1/L
+  of the buffer, and a host's L exchanges share its link side by side.
 - leader, for hosts of different sizes: each host sums its ranks'
   contributions exactly into its leader over shared memory, only the
   leaders run the striped sum, and the result and the header totals are
@@ -139,13 +139,13 @@ class SlicedSum(OverHosts):
                 overflow += int(header[2])
         return count, bad, overflow
 
-
     def _reduce_scatter(self, local, e):
         """e[slice i] <- the host's sum of slice i on local rank i, exactly:
         a ring of L - 1 exchanges of a slice each, every slice summed from
-        the next local rank on round to its owner, which adds its own last.
-        (Open MPI's Reduce_scatter took 65 ms for 40 MB at 2 ranks, MPICH's
-        16-19: the ring is what a bandwidth-optimal one sends.)"""
+        the next local rank on round to its owner, which adds its own last:
+        what a bandwidth-optimal reduce-scatter sends, and a summation order
+        of psgd's own (MPI's Reduce_scatter was 4x slower under Open MPI:
+        benchmarks/FINDINGS.md)."""
         L, i = local.Get_size(), local.Get_rank()
         bounds, t = self.bounds, self.type
         sent = e
