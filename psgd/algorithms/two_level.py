@@ -94,24 +94,27 @@ class SlicedSum(OverHosts):
     def __init__(self, levels, size, dtype, q):
         super().__init__(levels)
         local = levels.local
-        bounds = stripe_bounds(size, local.Get_size())
-        self.counts = [hi - lo for lo, hi in bounds]
-        lo, hi = self.mine = bounds[local.Get_rank()]
-        e = np.zeros(size, dtype)
-        self.striped = StripedSum(levels.cross, hi - lo, dtype, q, residual=e[lo:hi])
-        self.feedback = ErrorFeedback(size, 0, dtype, worker=e, owner=self.striped.feedback.owner)
-        # the ring's partial sums in flight, two so a send never reads what
-        # a receive is writing
-        most = max(self.counts)
-        self.partials = (np.zeros(most, dtype), np.zeros(most, dtype))
-        self.type, self.q, self.bounds = mpi_type(dtype), q, bounds
+        i = local.Get_rank()
+        self.bounds = bounds = stripe_bounds(size, local.Get_size())
+        lo, hi = self.mine = bounds[i]
+        self.type, self.q = mpi_type(dtype), q
         # every slice's gathered wire, slice by slice (all hosts alike: the
-        # cross communicators have one rank per host)
-        self.hosts = levels.cross.Get_size()
-        self.layouts = [wire_layout(b - a, self.hosts, q) for a, b in bounds]
+        # cross communicators have one rank per host); this rank's striped
+        # sum gathers into its own slice's
+        hosts = levels.cross.Get_size()
+        self.layouts = [wire_layout(b - a, hosts, q) for a, b in bounds]
         self.wire_counts = [sum(sizes) for _, sizes, _ in self.layouts]
         self.wire_displs = np.cumsum([0] + self.wire_counts[:-1]).tolist()
         self.wires = np.zeros(sum(self.wire_counts), np.uint8)
+        at = self.wire_displs[i]
+        e = np.zeros(size, dtype)
+        self.striped = StripedSum(levels.cross, hi - lo, dtype, q, residual=e[lo:hi],
+                                  gathered=self.wires[at:at + self.wire_counts[i]])
+        self.feedback = ErrorFeedback(size, 0, dtype, worker=e, owner=self.striped.feedback.owner)
+        # the ring's partial sums in flight, two so a send never reads what
+        # a receive is writing
+        most = max(b - a for a, b in bounds)
+        self.partials = (np.zeros(most, dtype), np.zeros(most, dtype))
 
     def sum(self, out, count=0, bad=0, wait=None):
         """out <- G on every rank; (sum of count, sum of bad, overflows).
@@ -123,21 +126,16 @@ class SlicedSum(OverHosts):
         # a device sum stages e through a mirror of its own: take the slice now
         self.striped.feedback.worker = e[lo:hi]
         # this rank's count and flags ride in its slice's headers
-        count, bad, overflow = self.striped.sum(out[lo:hi], count, bad, wait)
-        i = local.Get_rank()
-        at = self.wire_displs[i]
-        self.wires[at:at + self.wire_counts[i]] = self.striped.gathered
+        totals = np.array(self.striped.sum(out[lo:hi], count, bad, wait))
         local.Allgatherv(MPI.IN_PLACE, [self.wires, (self.wire_counts, self.wire_displs),
                                         MPI.BYTE])
+        i = local.Get_rank()
         for j, ((a, b), layout, at) in enumerate(zip(self.bounds, self.layouts,
                                                       self.wire_displs)):
-            if j != i:      # and local rank j's in slice j's, summed by its owners
-                header = decode_gathered(self.q, self.wires[at:at + self.wire_counts[j]],
-                                         layout, out[a:b])
-                count += int(header[0]) // self.hosts
-                bad += int(header[1]) // self.hosts
-                overflow += int(header[2])
-        return count, bad, overflow
+            if j != i:      # and local rank j's in slice j's
+                totals += decode_gathered(self.q, self.wires[at:at + self.wire_counts[j]],
+                                          layout, out[a:b])
+        return tuple(int(x) for x in totals)
 
     def _reduce_scatter(self, local, e):
         """e[slice i] <- the host's sum of slice i on local rank i, exactly:

@@ -40,21 +40,25 @@ def wire_layout(size, P, quantizer):
 
 
 def decode_gathered(quantizer, wire, layout, out):
-    """out <- concat_j D(p_j) from a wire holding every p_j; the sum of
-    their headers."""
+    """out <- concat_j D(p_j) from a wire holding every p_j; the headers'
+    (sum of count, sum of bad, overflows)."""
     result = np.zeros(HEADER, np.int64)
     for (lo, hi), size, offset in zip(*layout):
         result += wire[offset:offset + HEADER_BYTES].view(np.int64)
         quantizer.decode(wire[offset + HEADER_BYTES:offset + size], out[lo:hi])
-    return result
+    # every owner's header holds the sum over all senders: count once
+    P = len(layout[0])
+    return int(result[0]) // P, int(result[1]) // P, int(result[2])
 
 
 class StripedSum:
     """The striped, error-fed sum of one flat buffer of `size` elements over
     `comm`, with wire buffers allocated once. `residual`: an array of `size`
-    elements to keep e_k in (a view of a larger one), else its own."""
+    elements to keep e_k in (a view of a larger one), else its own;
+    `gathered`: a uint8 array of the gathered wire's bytes to gather into,
+    else its own."""
 
-    def __init__(self, comm, size, dtype, quantizer, residual=None):
+    def __init__(self, comm, size, dtype, quantizer, residual=None, gathered=None):
         self.comm, self.q = comm, quantizer
         P, rank = comm.Get_size(), comm.Get_rank()
         self.rank, self.P = rank, P
@@ -67,7 +71,7 @@ class StripedSum:
         total = sum(self.sizes)
         self.send = np.zeros(total, np.uint8)       # q_k, stripe by stripe
         self.recv = np.zeros(P * self.sizes[rank], np.uint8)   # stripe j of every q_k
-        self.gathered = np.zeros(total, np.uint8)   # every p_j
+        self.gathered = np.zeros(total, np.uint8) if gathered is None else gathered   # every p_j
         self.stripe_sum = np.zeros(hi - lo, dtype)  # S_j
 
     def _header(self, wire, offset):
@@ -104,6 +108,4 @@ class StripedSum:
         self._header(self.gathered, own)[:] = totals
         wait(self.comm.Iallgatherv(MPI.IN_PLACE, [self.gathered, (self.sizes, self.offsets),
                                                   MPI.BYTE]))
-        result = decode_gathered(self.q, self.gathered, self.layout, out)
-        # every owner's header holds the sum over all senders: count once
-        return int(result[0]) // self.P, int(result[1]) // self.P, int(result[2])
+        return decode_gathered(self.q, self.gathered, self.layout, out)
