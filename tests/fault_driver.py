@@ -13,7 +13,9 @@ busy as a slower processor would be: a sleep would hand its core to the
 others on an oversubscribed machine), sync (the easgd server fails
 or sleeps at that sync instead), at_epoch_end (the fault strikes as the
 rank begins the end of epoch `epoch`, its collectives, instead of at a
-step), pace (seconds slept at every epoch start,
+step), from (the server strikes at this rank's first sync in epoch
+`epoch` instead), lagging and lag (that rank sleeps `lag` seconds as epoch
+`epoch` starts), pace (seconds slept at every epoch start,
 all ranks), dump (a folder: each rank writes digests of its parameters at
 every step)."""
 import hashlib
@@ -56,6 +58,8 @@ def paced(train_epoch):
     def paced_train_epoch(self, epoch, progress, watchdog):
         at["epoch"], at["step"] = epoch, 0
         time.sleep(FAULT.get("pace", 0))     # slower epochs, same numbers
+        if RANK == FAULT.get("lagging") and epoch == FAULT.get("epoch", 0):
+            time.sleep(FAULT["lag"])
         return train_epoch(self, epoch, progress, watchdog)
     return paced_train_epoch
 
@@ -88,7 +92,8 @@ serve = easgd.EasgdServer.serve
 
 
 def faulty_serve(self, rank):
-    if MINE and self.syncs == FAULT.get("sync", 1):
+    if MINE and ((rank == FAULT["from"] and at["epoch"] == FAULT.get("epoch", 0))
+                 if "from" in FAULT else self.syncs == FAULT.get("sync", 1)):
         strike()
     return serve(self, rank)
 
@@ -134,7 +139,7 @@ def dumping_finish(self):
 for strategy in (DataParallel, ModelParallel):
     strategy.train_epoch = paced(strategy.train_epoch)
 Network.loss_and_grad = faulty_loss_and_grad
-if FAULT.get("sync"):
+if FAULT.get("sync") or "from" in FAULT:
     easgd.EasgdServer.serve = faulty_serve
 if FAULT.get("at_epoch_end"):
     Trainer.end_epoch = faulty_end_epoch

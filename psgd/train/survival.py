@@ -82,13 +82,19 @@ class Survival:
         self.comm, self.hosts = comm.Dup(), hosts
 
     @contextlib.contextmanager
-    def training(self, trainer):
-        """Around an epoch's steps and syncs: a dead server's error, raised
-        where a sync met it, names the server's host."""
+    def training(self, trainer, epoch):
+        """Around an epoch's steps and syncs. A sync that meets a dead server
+        ends this rank's epoch there, and the rank still meets the others in
+        their check before it ends (ServerDiedError, naming the server's
+        host): a rank that ended at once left the others waiting in the
+        check's Agree and Shrink for the MPI's notice of its exit, which did
+        not always come (1 run in 4 under Open MPI 5)."""
         try:
             yield
         except ServerDiedError as exc:
-            raise exc.on(self.hosts[0]) from None
+            trainer.comm.Revoke()       # a rank in an epoch end's collective leaves it
+            self.check(trainer, epoch, None, None, None, None, [exc])
+            raise exc.on(self.hosts[0]) from None   # (check raised already: 0 is lost)
 
     @contextlib.contextmanager
     def epoch_end(self, trainer, epoch, train, lr, wall):
@@ -102,7 +108,7 @@ class Survival:
         before = (trainer.samples, trainer.schedule.state(), time.time() - wall)
         with _revoking(trainer.comm) as failed:
             yield
-        self.check(trainer, epoch, train, lr, wall, before, bool(failed))
+        self.check(trainer, epoch, train, lr, wall, before, failed)
 
     @contextlib.contextmanager
     def job_end(self, trainer):
@@ -120,22 +126,22 @@ class Survival:
         LOST.extend(lost)
         trainer.abandon(lost)       # its close() would free communicators with the dead
         if 0 in lost:
-            raise ServerDiedError(trainer.config.run.algo, "was lost as the job ended (the "
-                                  "final model may be incomplete)", self.hosts[0])
+            raise self._server_lost(trainer, failed, "was lost as the job ended (the final "
+                                    "model may be incomplete)")
         if trainer.main:
             kaldi_log("lost %s as the job ended (the process died), after the last epoch's "
                       "work was in" % _ranks_by_host(lost, self.hosts), "survive")
 
     def check(self, trainer, epoch, train, lr, wall, before, failed):
         """Collective over the live ranks: returns when no worker died,
-        else raises WorkersLost on every one of them."""
-        if self._none_lost(failed or bool(trainer.parallel.lost_workers())):
+        else raises WorkersLost on every one of them (ServerDiedError where
+        the server died). `failed`: what this rank met (_revoking)."""
+        if self._none_lost(bool(failed) or bool(trainer.parallel.lost_workers())):
             return
         survivors, lost = ulfm.shrink(self.comm)
         LOST.extend(lost)
         if 0 in lost:
-            raise ServerDiedError(trainer.config.run.algo, "was lost in epoch %d" % (epoch + 1),
-                                  self.hosts[0])
+            raise self._server_lost(trainer, failed, "was lost in epoch %d" % (epoch + 1))
         if survivors.Get_size() < 2:
             raise CollectiveUsageError(
                 "every worker was lost (rank%s %s, in epoch %d): no worker is left to train%s" % (
@@ -157,6 +163,12 @@ class Survival:
                                   int(syncs[0]), p.server_totals if p.is_server else None,
                                   started=before[2]))
 
+    def _server_lost(self, trainer, failed, how):
+        """The error every live rank raises once they agree the server died:
+        the one a sync of this rank met (which says how), else `how`."""
+        met = [exc for exc in failed if isinstance(exc, ServerDiedError)]
+        return (met[0] if met else ServerDiedError(trainer.config.run.algo, how)).on(self.hosts[0])
+
     def _none_lost(self, lost_here):
         try:
             return ulfm.agree_none_lost(self.comm, lost_here, AGREE_DEADLINE_S)
@@ -174,17 +186,18 @@ class Survival:
 
 @contextlib.contextmanager
 def _revoking(comm):
-    """Yields a list that holds True once a collective inside failed on a
-    dead rank: then `comm` is revoked, so that every other rank's next
-    collective on it fails too and no rank waits for one the others left."""
+    """Yields a list that holds the error once a call inside failed on a
+    dead rank (an MPI error, or the ServerDiedError a sync raises): then
+    `comm` is revoked, so that every other rank's next collective on it
+    fails too and no rank waits for one the others left."""
     failed = []
     try:
         yield failed
-    except MPI.Exception as exc:
-        if not ulfm.failed_on(exc, comm):
+    except (MPI.Exception, ServerDiedError) as exc:
+        if isinstance(exc, MPI.Exception) and not ulfm.failed_on(exc, comm):
             raise
         comm.Revoke()
-        failed.append(True)
+        failed.append(exc)
 
 
 def _ranks_by_host(ranks, hosts):

@@ -190,7 +190,7 @@ class Trainer(mpi.Closeable):
             lr = self.schedule.lr * self.schedule.fraction(epoch, run.epochs) * \
                 warmup_factor(epoch, opt.lr_scale, opt.warmup_epochs)
             self.parallel.begin_epoch(epoch, epoch == self.start_epoch, lr, self.say)
-            with self._surviving("training"):
+            with self._surviving("training", epoch):
                 train = self.parallel.train_epoch(epoch, progress, self.watchdog)
             with self._surviving("epoch_end", epoch, train, lr, time.time() - start):
                 self.timeline.arrive()
