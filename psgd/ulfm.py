@@ -51,6 +51,14 @@ def failed_on(exc, comm):
         exc.Get_error_class() in (MPI.ERR_IN_STATUS, MPI.ERR_PENDING) and bool(failed_ranks(comm))
 
 
+def failure_string(exc):
+    """The MPI's words for a failure: a Waitall's MPI_ERR_IN_STATUS says
+    only "error code in status", so that one is told as the failure it
+    stands for."""
+    return exc.Get_error_string() if is_failure(exc) else \
+        MPI.Get_error_string(MPI.ERR_PROC_FAILED)
+
+
 def failed_ranks(comm):
     """The ranks of `comm` known to have died, acknowledged (so that the
     same failure is not raised again by wildcard receives), sorted."""

@@ -40,7 +40,7 @@ def _server_may_die(method):
         except MPI.Exception as exc:
             if not ulfm.failed_on(exc, self.comm):
                 raise
-            raise ServerDiedError(self.name, "died (%s)" % exc.Get_error_string()) from None
+            raise ServerDiedError(self.name, "died (%s)" % ulfm.failure_string(exc)) from None
     return guarded
 
 

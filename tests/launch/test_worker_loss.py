@@ -106,7 +106,7 @@ def test_a_dead_server_is_named_by_its_workers(driver, tmp_path):
     assert "Traceback" not in stderr, stderr
     host = socket.gethostname()
     assert re.search(r"psgd: error: rank [123]: the easgd server \(rank 0 on %s\) died "
-                     r"\(MPI_ERR" % re.escape(host), stderr), stderr
+                     r"\(MPI_ERR_PROC_FAILED" % re.escape(host), stderr), stderr
     assert "MPI_ABORT was invoked" not in stderr, stderr
 
 
@@ -124,7 +124,7 @@ def test_a_server_dead_in_one_workers_sync_while_the_others_end_the_epoch(driver
     assert returncode != 0, stderr
     assert "Traceback" not in stderr, stderr
     server = r"the easgd server \(rank 0 on %s\) " % re.escape(socket.gethostname())
-    assert re.search(r"psgd: error: rank 3: %sdied \(MPI_ERR" % server, stderr), stderr
+    assert re.search(r"psgd: error: rank 3: %sdied \(MPI_ERR_PROC_FAILED" % server, stderr), stderr
     for rank in (1, 2):
         assert re.search(r"psgd: error: rank %d: %swas lost in epoch 2: " % (rank, server),
                          stderr), stderr
