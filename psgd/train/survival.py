@@ -87,8 +87,8 @@ class Survival:
         ends this rank's epoch there, and the rank still meets the others in
         their check before it ends (ServerDiedError, naming the server's
         host): a rank that ended at once left the others waiting in the
-        check's Agree and Shrink for the MPI's notice of its exit, which did
-        not always come (1 run in 4 under Open MPI 5)."""
+        check's Agree for the MPI's notice of its exit, which Open MPI's
+        ULFM did not give (benchmarks/FINDINGS.md)."""
         try:
             yield
         except ServerDiedError as exc:
@@ -167,7 +167,8 @@ class Survival:
         """The error every live rank raises once they agree the server died:
         the one a sync of this rank met (which says how), else `how`."""
         met = [exc for exc in failed if isinstance(exc, ServerDiedError)]
-        return (met[0] if met else ServerDiedError(trainer.config.run.algo, how)).on(self.hosts[0])
+        exc = met[0] if met else ServerDiedError(trainer.config.run.algo, how)
+        return exc.on(self.hosts[0])
 
     def _none_lost(self, lost_here):
         try:
