@@ -58,7 +58,13 @@ class Algorithm(mpi.Closeable):
             raise UsageError("%s has no option %s; its options: %s" % (
                 cls.name, ", ".join(unknown), ", ".join(sorted(cls.OPTIONS)) or "none"))
         N = cls.workers(size, servers)
-        return {k: opt.resolve(k, options.get(k), N) for k, opt in cls.OPTIONS.items()}
+        resolved = {k: opt.resolve(k, options.get(k), N) for k, opt in cls.OPTIONS.items()}
+        for k, value in options.items():
+            ignored = value is not None and cls.OPTIONS[k].applies and \
+                cls.OPTIONS[k].applies(resolved)
+            if ignored:
+                raise UsageError("%s: option %s=%r %s" % (cls.name, k, value, ignored))
+        return resolved
 
     @classmethod
     def for_rank(cls, rank, servers=1):

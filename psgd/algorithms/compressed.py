@@ -24,13 +24,19 @@ def _non_negative(v):
     return None if v >= 0 else "must be >= 0"
 
 
+def _compressed(options):
+    if options["compression"] == "none":
+        return "applies only with compression (fp16, bf16 or 1bit), and compression is none"
+    return None
+
+
 OPTIONS = {"compression": Option("none", kind=KINDS,
                                  help="quantize each sync's sum (asgd/masgd: the push), with "
                                       "error feedback (default none)"),
-           "compression_block": Option(512, positive, kind=int,
+           "compression_block": Option(512, positive, kind=int, applies=_compressed,
                                        help="1bit: elements per block sharing two "
                                             "reconstruction values (default 512)"),
-           "compression_start": Option(0, _non_negative, kind=int,
+           "compression_start": Option(0, _non_negative, kind=int, applies=_compressed,
                                        help="the first K syncs go uncompressed (a warm-up; "
                                             "default 0)")}
 

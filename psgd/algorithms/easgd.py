@@ -55,7 +55,8 @@ class EasgdServer(Server):
 class Easgd(ServerWorker):
     name = "easgd"
     not_compressed = ("easgd exchanges a model, not a delta, so it is not compressed "
-                      "(compression serves bsp, bmuf, sod and syncgrad)")
+                      "(compression serves bsp, bmuf, sod, syncgrad and the push of asgd "
+                      "and masgd)")
     OPTIONS = OPTIONS
     server = EasgdServer
 

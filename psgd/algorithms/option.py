@@ -14,11 +14,13 @@ class Option:
     check that returns an error text or None, and its help. The command line
     derives its flag from this (psgd/train/algorithm_flags.py): `--name`, or
     `--flag` where the name alone would be ambiguous; flag=False keeps it
-    to the Python API."""
+    to the Python API. `applies`, a function of all the resolved options,
+    says why a value given for this one would be ignored (or None): giving
+    it there is an error, never a silent no-op."""
 
-    def __init__(self, default, check=None, kind=float, help=None, flag=None):
+    def __init__(self, default, check=None, kind=float, help=None, flag=None, applies=None):
         self.default, self.check, self.kind = default, check, kind
-        self.help, self.flag = help, flag
+        self.help, self.flag, self.applies = help, flag, applies
 
     def resolve(self, name, value, N):
         if value is None:

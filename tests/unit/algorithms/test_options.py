@@ -52,3 +52,14 @@ def test_masgd_has_a_delay_period_only_under_the_delayed_update():
 def test_invalid_options_are_usage_errors(name, options, match):
     with pytest.raises(UsageError, match=match):
         resolve(name, **options)
+
+
+@pytest.mark.parametrize("name", ["bsp", "bmuf", "sod", "syncgrad", "asgd", "masgd"])
+@pytest.mark.parametrize("option,value", [("compression_block", 64), ("compression_start", 3)])
+def test_a_compression_option_without_compression_is_refused(name, option, value):
+    """Not ignored: without compression these would change nothing."""
+    with pytest.raises(UsageError, match="%s: option %s=%d applies only with compression" % (
+            name, option, value)):
+        resolve(name, **{option: value})
+    assert resolve(name, compression="fp16", **{option: value})[option] == value
+    assert resolve(name, compression="none")["compression"] == "none"
