@@ -30,6 +30,15 @@ def _unit_interval(v):
     return None if 0.0 <= v < 1.0 else "must satisfy 0 <= value < 1"
 
 
+def _outer(*steps):
+    """An outer step's own option: where the outer step is another, ignored."""
+    def applies(options):
+        if options["outer"] in steps:
+            return None
+        return "applies to outer=%s, and outer is %s" % ("|".join(steps), options["outer"])
+    return applies
+
+
 @register
 class Sod(compressed.MomentumShares, CollectiveWorker):
     name = "sod"
@@ -38,13 +47,13 @@ class Sod(compressed.MomentumShares, CollectiveWorker):
         "outer_lr": Option(0.7, positive,
                            help="outer learning rate (default 0.7; the trainer's with the "
                                 "nesterov outer step: 0.7 * min(1, N/4))"),
-        "outer_momentum": Option(0.9, _unit_interval,
+        "outer_momentum": Option(0.9, _unit_interval, applies=_outer("momentum", "nesterov"),
                                  help="outer momentum of momentum and nesterov (default 0.9)"),
-        "beta1": Option(0.9, _unit_interval, flag="outer_beta1",
+        "beta1": Option(0.9, _unit_interval, flag="outer_beta1", applies=_outer("adam"),
                         help="adam outer step's beta1 (default 0.9)"),
-        "beta2": Option(0.999, _unit_interval, flag="outer_beta2",
+        "beta2": Option(0.999, _unit_interval, flag="outer_beta2", applies=_outer("adam"),
                         help="adam outer step's beta2 (default 0.999)"),
-        "eps": Option(1e-8, positive, flag="outer_eps",
+        "eps": Option(1e-8, positive, flag="outer_eps", applies=_outer("adam"),
                       help="adam outer step's epsilon (default 1e-8)"),
         **compressed.OPTIONS,
         **compressed.MOMENTUM,

@@ -28,11 +28,18 @@ def _non_negative(v):
     return None if v >= 0 else "must be >= 0"
 
 
+def _dc_only(options):
+    chosen = options["staleness_compensation"]
+    return None if chosen == "dc" else \
+        "applies to staleness_compensation=dc, and it is %s" % chosen
+
+
 OPTIONS = {"staleness_compensation": Option(
                "none", kind=COMPENSATIONS,
                help="correct a stale delta (scale: divide by its staleness; dc: DC-ASGD "
                     "delay compensation; default none, the trainer's: by N)"),
-           "dc_lambda": Option(1.0, _non_negative, help="dc: curvature scale lambda (default 1)")}
+           "dc_lambda": Option(1.0, _non_negative, applies=_dc_only,
+                               help="dc: curvature scale lambda (default 1)")}
 
 
 def staleness_gain(compensation, tau):

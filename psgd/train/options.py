@@ -11,7 +11,7 @@ from .algorithm_flags import ALGORITHM_FLAGS
 from .defaults import WARMUP_EPOCHS, trainer_defaults
 from .model_files import writes_nnet1
 from .roles import server_count
-from .schedule import KINDS as SCHEDULES
+from .schedule import DEFAULT as DEFAULT_SCHEDULE, KINDS as SCHEDULES
 from .shares import KINDS as SHARE_KINDS
 
 MODELS = ("cnn", "mlp", "lstm")
@@ -19,7 +19,8 @@ MODELS = ("cnn", "mlp", "lstm")
 
 # Flags that act only beside another: None in the parser, so that giving one
 # where it would change nothing is refused; their defaults are set in validate.
-IDLE_DEFAULTS = {"binary": True, "checkpoint_every": 1}
+IDLE_DEFAULTS = {"binary": True, "checkpoint_every": 1, "bptt": 20, "lr_decay": 0.9,
+                 "newbob_start": 0.01, "newbob_end": 0.001, "newbob_factor": 0.5}
 
 FLOAT32_MAX = 3.4028234663852886e38
 
@@ -68,7 +69,8 @@ def build_parser(prog="psgd-train"):
     g.add_argument("--batchnorm", action="store_const", const=True, default=None,
                    help="cnn: BatchNorm after each conv (running statistics averaged "
                         "across workers)")
-    g.add_argument("--bptt", type=int, default=20, help="LSTM truncated-BPTT chunk (frames)")
+    g.add_argument("--bptt", type=int, default=None,
+                   help="lstm: truncated-BPTT chunk in frames (default %d)" % IDLE_DEFAULTS["bptt"])
     g.add_argument("--optimizer", default="adam",
                    help="sgd | momentum | nesterov | adagrad | adadelta | rmsprop | adam")
     g.add_argument("--lr", type=finite_float, default=None, help="learning rate (default per optimizer)")
@@ -80,12 +82,16 @@ def build_parser(prog="psgd-train"):
     g.add_argument("--lr-schedule", choices=SCHEDULES, default=None,
                    help="default anneal: the rate holds for the first half of the epochs, "
                         "then falls along a half cosine to 0.3 of itself; constant keeps it")
-    g.add_argument("--lr-decay", type=finite_float, default=0.9, help="exponential: factor per epoch")
-    g.add_argument("--newbob-start", type=finite_float, default=0.01,
-                   help="newbob: start halving when the relative held-out loss gain is below this")
-    g.add_argument("--newbob-end", type=finite_float, default=0.001,
-                   help="newbob: stop when the gain while halving is below this")
-    g.add_argument("--newbob-factor", type=finite_float, default=0.5, help="newbob: lr factor")
+    g.add_argument("--lr-decay", type=finite_float, default=None,
+                   help="exponential: factor per epoch (default %g)" % IDLE_DEFAULTS["lr_decay"])
+    g.add_argument("--newbob-start", type=finite_float, default=None,
+                   help="newbob: start halving when the relative held-out loss gain is below "
+                        "this (default %g)" % IDLE_DEFAULTS["newbob_start"])
+    g.add_argument("--newbob-end", type=finite_float, default=None,
+                   help="newbob: stop when the gain while halving is below this (default %g)"
+                        % IDLE_DEFAULTS["newbob_end"])
+    g.add_argument("--newbob-factor", type=finite_float, default=None,
+                   help="newbob: lr factor (default %g)" % IDLE_DEFAULTS["newbob_factor"])
     g.add_argument("--no-lr-scaling", dest="lr_scaling", action="store_false",
                    help="keep the one-worker rate at N > 1 (default: the large-batch rule, "
                         "see psgd/train/large_batch.py)")
@@ -244,7 +250,8 @@ def _refuse_idle_flags(args):
         for flag, given in (("num-classes", args.num_classes is not None),
                             ("cv-feats", args.cv_feats is not None),
                             ("cv-targets", args.cv_targets is not None),
-                            ("splice", args.splice > 0)):
+                            ("splice", args.splice > 0),
+                            ("no-cmvn", not args.cmvn)):
             if given:
                 raise UsageError("--%s applies to Kaldi data (--feats/--targets); the default "
                                  "MNIST-1D data has 10 classes, its own held-out split and "
@@ -260,6 +267,19 @@ def _refuse_idle_flags(args):
         if args.cross_validate:
             raise UsageError("--cross-validate needs a held-out set with Kaldi data: "
                              "give --cv-feats and --cv-targets")
+    if args.feature_transform:
+        for flag, given in (("splice", args.splice > 0), ("no-cmvn", not args.cmvn)):
+            if given:
+                raise UsageError("--%s changes nothing with --feature-transform, which takes "
+                                 "the place of psgd's splice and global CMVN" % flag)
+    if args.bptt is not None and args.model != "lstm":
+        raise UsageError("--bptt applies to --model lstm; the model is %s" % args.model)
+    schedule = args.lr_schedule or DEFAULT_SCHEDULE
+    for flag, kind in (("lr_decay", "exponential"), ("newbob_start", "newbob"),
+                       ("newbob_end", "newbob"), ("newbob_factor", "newbob")):
+        if getattr(args, flag) is not None and schedule != kind:
+            raise UsageError("--%s applies to --lr-schedule %s; the schedule is %s" % (
+                flag.replace("_", "-"), kind, schedule))
     if args.sync_bn and not args.model_parallel:
         raise UsageError("--sync-bn applies to --model-parallel only (data-parallel "
                          "algorithms average BatchNorm statistics at every sync already)")

@@ -38,6 +38,12 @@ def test_a_non_finite_float_flag_fails_at_parse_time(flags, needle):
     (["--cv-feats", "scp:x.scp", "--cv-targets", "y.txt"], "--cv-feats applies to Kaldi data"),
     (["--splice", "5"], "--splice applies to Kaldi data"),
     (["--sync-bn"], "--sync-bn applies to --model-parallel only"),
+    (["--no-cmvn"], "--no-cmvn applies to Kaldi data"),
+    (["--lr-decay", "0.5"], "--lr-decay applies to --lr-schedule exponential; the schedule is "
+                            "anneal"),
+    (["--algo", "bmuf", "--compression-block", "64"],
+     "bmuf: option compression_block=64 applies only with compression"),
+    (["--algo", "sod", "--outer-beta1", "0.8"], "sod: option beta1=0.8 applies to outer=adam"),
 ], ids=lambda v: str(v))
 def test_a_flag_that_would_do_nothing_is_an_error(flags, needle):
     result = psgd_train(2, *QUICK, "--epochs", "1", *flags)

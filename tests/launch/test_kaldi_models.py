@@ -147,6 +147,6 @@ def test_bad_kaldi_inputs_are_one_line_on_every_rank(corpus, tmp_path):
     r = psgd_train(2, "--epochs", "1", "--model", "cnn", *data, "--out",
                    str(tmp_path / "cnn.nnet"))
     assert_clean_failure(r, "has no nnet1 form")
-    r = psgd_train(2, "--epochs", "1", *MLP, *data, "--feature-transform",
+    r = psgd_train(2, "--epochs", "1", "--model", "mlp", *data, "--feature-transform",
                    str(tmp_path / "absent"))
     assert_clean_failure(r, "no such file")

@@ -69,7 +69,8 @@ def test_staleness_compensation_per_shard(comm, S, compensation):
     check_sharded_replay(
         comm, "asgd", lambda x, log, f: reference.asgd(x, log, f, 1.0, None, "worker",
                                                         compensation, 0.5),
-        S, staleness_compensation=compensation, dc_lambda=0.5)
+        S, staleness_compensation=compensation, **({"dc_lambda": 0.5} if compensation == "dc"
+                                                   else {}))
 
 
 def test_chunked_shard_messages_match_the_replay(comm):

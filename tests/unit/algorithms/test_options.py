@@ -63,3 +63,24 @@ def test_a_compression_option_without_compression_is_refused(name, option, value
         resolve(name, **{option: value})
     assert resolve(name, compression="fp16", **{option: value})[option] == value
     assert resolve(name, compression="none")["compression"] == "none"
+
+
+@pytest.mark.parametrize("name,options,needle", [
+    ("sod", {"beta1": 0.8}, "sod: option beta1=0.8 applies to outer=adam, and outer is nesterov"),
+    ("sod", {"eps": 1e-6, "outer": "sgd"}, "option eps=1e-06 applies to outer=adam, and outer "
+                                           "is sgd"),
+    ("sod", {"outer_momentum": 0.5, "outer": "adam"},
+     "option outer_momentum=0.5 applies to outer=momentum|nesterov, and outer is adam"),
+    ("asgd", {"dc_lambda": 0.3}, "asgd: option dc_lambda=0.3 applies to "
+                                 "staleness_compensation=dc, and it is none"),
+    ("masgd", {"dc_lambda": 0.3, "staleness_compensation": "scale"}, "and it is scale"),
+])
+def test_an_option_of_another_choice_is_refused(name, options, needle):
+    with pytest.raises(UsageError, match=needle.replace("|", r"\|")):
+        resolve(name, **options)
+
+
+def test_the_options_of_the_choice_made_are_taken():
+    assert resolve("sod", outer="adam", beta1=0.8, eps=1e-6)["beta1"] == 0.8
+    assert resolve("sod", outer="momentum", outer_momentum=0.5)["outer_momentum"] == 0.5
+    assert resolve("asgd", staleness_compensation="dc", dc_lambda=0.3)["dc_lambda"] == 0.3
