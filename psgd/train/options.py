@@ -226,6 +226,16 @@ def validate(args):
         raise UsageError("--work-shares applies to the server algorithms (easgd, asgd, "
                          "masgd): --algo %s syncs every worker together, so each takes its "
                          "own shard" % args.algo)
+    if args.model_parallel:
+        given = [f for f in ["sync_period", "work_shares", *ALGORITHM_FLAGS]
+                 if getattr(args, f) is not None]
+        if given:
+            raise UsageError("--%s changes nothing with --model-parallel, whose ranks sum "
+                             "gradients every minibatch without a synchronization algorithm"
+                             % given[0].replace("_", "-"))
+    elif args.sync_period is not None and cls.needs_grads:
+        raise UsageError("--sync-period changes nothing with --algo %s, which syncs every "
+                         "minibatch" % args.algo)
     for flag, option in ALGORITHM_FLAGS.items():
         if getattr(args, flag) is not None and option not in cls.OPTIONS:
             if option.startswith("compression") and cls.not_compressed:

@@ -21,6 +21,12 @@ from psgd.train import make_config, parse_args
                                                      "newbob; the schedule is constant"),
     ({"newbob_factor": 0.1}, "--newbob-factor applies to --lr-schedule newbob"),
     ({"cmvn": False}, "--no-cmvn applies to Kaldi data"),
+    ({"algo": "syncgrad", "sync_period": 64}, "--sync-period changes nothing with --algo "
+                                              "syncgrad, which syncs every minibatch"),
+    ({"model_parallel": True, "sync_period": 64}, "--sync-period changes nothing with "
+                                                  "--model-parallel"),
+    ({"model_parallel": True, "algo": "bmuf", "block_momentum": 0.5},
+     "--block-momentum changes nothing with --model-parallel"),
     ({"feats": "scp:f.scp", "targets": "ali.ark", "feature_transform": "t.nnet", "splice": 2},
      "--splice changes nothing with --feature-transform"),
     ({"feats": "scp:f.scp", "targets": "ali.ark", "feature_transform": "t.nnet", "cmvn": False},
