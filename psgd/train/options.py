@@ -282,6 +282,9 @@ def _refuse_idle_flags(args):
             if given:
                 raise UsageError("--%s changes nothing with --feature-transform, which takes "
                                  "the place of psgd's splice and global CMVN" % flag)
+    if args.warmup_epochs is not None and not args.lr_scaling:
+        raise UsageError("--warmup-epochs ramps up to the scaled rate; --no-lr-scaling keeps "
+                         "the one-worker rate")
     if args.bptt is not None and args.model != "lstm":
         raise UsageError("--bptt applies to --model lstm; the model is %s" % args.model)
     schedule = args.lr_schedule or DEFAULT_SCHEDULE

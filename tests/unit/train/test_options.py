@@ -21,6 +21,8 @@ from psgd.train import make_config, parse_args
                                                      "newbob; the schedule is constant"),
     ({"newbob_factor": 0.1}, "--newbob-factor applies to --lr-schedule newbob"),
     ({"cmvn": False}, "--no-cmvn applies to Kaldi data"),
+    ({"warmup_epochs": 3, "lr_scaling": False}, "--warmup-epochs ramps up to the scaled rate; "
+                                                "--no-lr-scaling keeps the one-worker rate"),
     ({"algo": "syncgrad", "sync_period": 64}, "--sync-period changes nothing with --algo "
                                               "syncgrad, which syncs every minibatch"),
     ({"model_parallel": True, "sync_period": 64}, "--sync-period changes nothing with "
