@@ -25,7 +25,6 @@ import numpy as np
 
 from .. import kernels
 from ..buffers import host_copy
-from ..errors import UsageError
 from .asgd import OPTIONS as ASGD_OPTIONS, Asgd, AsgdServer
 from .base import register
 from .in_flight import Transfer
@@ -36,18 +35,29 @@ def _momentum_range(m):
     return None if 0.0 <= m < 1.0 else "must satisfy 0 <= momentum < 1"
 
 
+def _undelayed(options):
+    return "applies without delayed=true, whose update keeps one velocity" \
+        if options["delayed"] else None
+
+
+def _delayed(options):
+    return None if options["delayed"] else \
+        "is the delayed Nesterov update's; it does nothing without delayed=true"
+
+
 OPTIONS = {**ASGD_OPTIONS,
            # not given: 1 - momentum (resolve_options)
            "alpha": Option(None, positive, help="the center's gain (default 1; masgd: 1 - m)"),
            "momentum": Option(0.9, _momentum_range, flag="masgd_momentum",
                               help="server momentum m (default 0.9)"),
            "scope": Option("worker", kind=("worker", "global"), flag="masgd_scope",
+                           applies=_undelayed,
                            help="one velocity per worker (default) or one global"),
            "delayed": Option(False, kind=bool, flag="masgd_delayed_nesterov",
                              help="apply each delta at once and the server momentum once every "
                                   "D updates (delayed Nesterov)"),
            "delay_period": Option(lambda N: max(N, 1), positive, kind=int,
-                                  flag="masgd_delay_period",
+                                  flag="masgd_delay_period", applies=_delayed,
                                   help="delayed Nesterov: updates per momentum step (default N)")}
 
 
@@ -161,9 +171,6 @@ class Masgd(Asgd):
     @classmethod
     def resolve_options(cls, options, size, servers=1):
         options = dict(options)
-        if options.get("delay_period") is not None and not options.get("delayed"):
-            raise UsageError("masgd: delay_period is the delayed Nesterov update's; it does "
-                             "nothing without delayed=true")
         if options.get("alpha") is None:
             options["alpha"] = cls.unit_gain_alpha(options, cls.workers(size, servers))
         resolved = super().resolve_options(options, size, servers)

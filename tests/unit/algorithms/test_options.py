@@ -74,6 +74,10 @@ def test_a_compression_option_without_compression_is_refused(name, option, value
     ("asgd", {"dc_lambda": 0.3}, "asgd: option dc_lambda=0.3 applies to "
                                  "staleness_compensation=dc, and it is none"),
     ("masgd", {"dc_lambda": 0.3, "staleness_compensation": "scale"}, "and it is scale"),
+    ("masgd", {"scope": "global", "delayed": True},
+     "masgd: option scope='global' applies without delayed=true"),
+    ("masgd", {"delay_period": 3}, "masgd: option delay_period=3 is the delayed Nesterov "
+                                   "update's; it does nothing without delayed=true"),
 ])
 def test_an_option_of_another_choice_is_refused(name, options, needle):
     with pytest.raises(UsageError, match=needle.replace("|", r"\|")):
@@ -84,3 +88,4 @@ def test_the_options_of_the_choice_made_are_taken():
     assert resolve("sod", outer="adam", beta1=0.8, eps=1e-6)["beta1"] == 0.8
     assert resolve("sod", outer="momentum", outer_momentum=0.5)["outer_momentum"] == 0.5
     assert resolve("asgd", staleness_compensation="dc", dc_lambda=0.3)["dc_lambda"] == 0.3
+    assert resolve("masgd", scope="global")["scope"] == "global"
