@@ -93,8 +93,8 @@ class Survival:
             yield
         except ServerDiedError as exc:
             trainer.comm.Revoke()       # a rank in an epoch end's collective leaves it
-            self.check(trainer, epoch, None, None, None, None, [exc])
-            raise exc.on(self.hosts[0]) from None   # (check raised already: 0 is lost)
+            self._shrunk(trainer, epoch, [exc])     # raises: the server is among the lost
+            raise exc.on(self.hosts[0]) from None
 
     @contextlib.contextmanager
     def epoch_end(self, trainer, epoch, train, lr, wall):
@@ -136,12 +136,10 @@ class Survival:
         """Collective over the live ranks: returns when no worker died,
         else raises WorkersLost on every one of them (ServerDiedError where
         the server died). `failed`: what this rank met (_revoking)."""
-        if self._none_lost(bool(failed) or bool(trainer.parallel.lost_workers())):
+        shrunk = self._shrunk(trainer, epoch, failed)
+        if shrunk is None:
             return
-        survivors, lost = ulfm.shrink(self.comm)
-        LOST.extend(lost)
-        if 0 in lost:
-            raise self._server_lost(trainer, failed, "was lost in epoch %d" % (epoch + 1))
+        survivors, lost = shrunk
         if survivors.Get_size() < 2:
             raise CollectiveUsageError(
                 "every worker was lost (rank%s %s, in epoch %d): no worker is left to train%s" % (
@@ -162,6 +160,18 @@ class Survival:
         raise WorkersLost(Handoff(survivors, arrays, header, train, lr, lost, self.hosts,
                                   int(syncs[0]), p.server_totals if p.is_server else None,
                                   started=before[2]))
+
+    def _shrunk(self, trainer, epoch, failed):
+        """Collective over the live ranks: None when none knows of a death;
+        else (the survivors' communicator, the lost ranks), or
+        ServerDiedError on every one where the server is among them."""
+        if self._none_lost(bool(failed) or bool(trainer.parallel.lost_workers())):
+            return None
+        survivors, lost = ulfm.shrink(self.comm)
+        LOST.extend(lost)
+        if 0 in lost:
+            raise self._server_lost(trainer, failed, "was lost in epoch %d" % (epoch + 1))
+        return survivors, lost
 
     def _server_lost(self, trainer, failed, how):
         """The error every live rank raises once they agree the server died:
