@@ -12,7 +12,12 @@ three runs each, psgd's round trip over its floor): asgd at 1e6 float32
 1.08-1.50x (median 1.14) in one message, 0.97-1.10x (1.02) in 256k-element
 pieces; at 1e7 1.23-1.43x (1.31) against 1.11-1.16x (1.15). 128k and 512k
 did about as well. Over TCP asgd did not change (1.05x / 1.07x at 1e6):
-the transfer dwarfs the update. easgd stays with one message each way
+the transfer dwarfs the update. Across hosts the piece is 32k elements
+(128 KB), so little of a turn is the wait for its first piece and after its
+last: asgd with S servers and S workers, one rank per namespace host at 1
+Gb/s, the bytes through the servers rose from 0.81-0.82 of what the links
+allow to 0.85-0.89 at S = 2 and from 0.68-0.70 to 0.77-0.78 at S = 3 (three
+interleaved runs of each; benchmarks/FINDINGS.md). easgd stays with one message each way
 (`in_pieces = False`): its server sends the center from before the update,
 so the update is already off the worker's path, and in pieces (every piece
 sent first, each updated once sent) its round trip got worse: 1.31x ->
@@ -21,17 +26,32 @@ same piece size (psgd.create checks it).
 """
 from . import mpi, settings
 
-
-def server_piece():
-    """Elements per model message of the server algorithms (0: one message;
-    PSGD_MPI_SERVER_PIECE)."""
-    return settings.get("PSGD_MPI_SERVER_PIECE")
+ONE_HOST_PIECE = 1 << 18            # elements (1 MB of float32)
+ACROSS_HOSTS_PIECE = 1 << 15
 
 
-def server_part(exchange, lo, hi, in_pieces):
+def server_piece(across_hosts=False):
+    """Elements per model message of the server algorithms when the ranks
+    live on one host or on several (0: one message): PSGD_MPI_SERVER_PIECE
+    where set, else by the path of the bytes."""
+    value = settings.get("PSGD_MPI_SERVER_PIECE")
+    if value is not None:
+        return value
+    return ACROSS_HOSTS_PIECE if across_hosts else ONE_HOST_PIECE
+
+
+def algorithm_piece(exchange, in_pieces):
+    """The piece of an algorithm whose model messages go `in_pieces` on
+    `exchange`'s communicator (None: one message). Collective: every rank
+    asks, in or out of pieces, whether the ranks span hosts."""
+    piece = server_piece(exchange.spans_hosts())
+    return (piece or None) if in_pieces else None
+
+
+def server_part(exchange, lo, hi, piece):
     """An Exchange on elements [lo, hi) of `exchange`'s buffer that sends
-    and receives in server pieces (in_pieces) or in one message."""
-    return mpi.exchange_part(exchange, lo, hi, (server_piece() or None) if in_pieces else None)
+    and receives in messages of `piece` elements (None: one message)."""
+    return mpi.exchange_part(exchange, lo, hi, piece)
 
 
 def serve(incoming, center, source, update, reply=True, received=False):

@@ -43,9 +43,10 @@ SETTINGS = {
         meaning="the smallest buffer the collective algorithms pipeline; unset: by the path "
                 "of the bytes (psgd/pipeline.py)"),
     "PSGD_MPI_SERVER_PIECE": Setting(
-        "server piece", COUNT, 1 << 18,
-        meaning="elements per model message of the server algorithms (1 MB of float32); "
-                "0: one message"),
+        "server piece", COUNT, None,
+        meaning="elements per model message of the server algorithms, 0: one message; "
+                "unset: by the path of the bytes (psgd/pieces.py: 256k within a host, 32k "
+                "across hosts)"),
     "PSGD_COMPRESSION_HIERARCHY": Setting(
         "compression hierarchy", TEXT, "auto",
         meaning="auto | on | leader | off: the compressed sums in two levels (inside each "

@@ -31,14 +31,13 @@ def message_settings(server_based):
     match (a hang), or MPI's own error. The pipeline shapes only the
     collective algorithms' sums, the server piece only the server
     algorithms' model messages."""
-    def by_path(name):
+    def by_path(name, applies=not server_based):
         value = settings.get(name)
-        return None if server_based else ("by the path" if value is None else value)
+        return ("by the path" if value is None else value) if applies else None
     return {settings.label("PSGD_MPI_CHUNK"): settings.get("PSGD_MPI_CHUNK"),
             settings.label("PSGD_MPI_PIPELINE_CHUNK"): by_path("PSGD_MPI_PIPELINE_CHUNK"),
             settings.label("PSGD_MPI_PIPELINE_THRESHOLD"): by_path("PSGD_MPI_PIPELINE_THRESHOLD"),
-            settings.label("PSGD_MPI_SERVER_PIECE"):
-                settings.get("PSGD_MPI_SERVER_PIECE") if server_based else None,
+            settings.label("PSGD_MPI_SERVER_PIECE"): by_path("PSGD_MPI_SERVER_PIECE", server_based),
             # two levels or one: different communicator splits on two ranks hang
             settings.label("PSGD_COMPRESSION_HIERARCHY"):
                 None if server_based else settings.get("PSGD_COMPRESSION_HIERARCHY")}

@@ -69,8 +69,8 @@ class Transfer:
 class InFlight:
     """A server's transfers in flight, and each worker's last exchange time."""
 
-    def __init__(self, comm, in_pieces):
-        self.comm, self.in_pieces = comm, in_pieces
+    def __init__(self, comm, piece):
+        self.comm, self.piece = comm, piece     # the algorithm's (pieces.py)
         self.transfers = {}         # rank -> Transfer
         self.started = 0            # syncs served in the background so far
         self.took = {}              # rank -> seconds its last RECENT exchanges took
@@ -103,7 +103,7 @@ class InFlight:
         Transfer."""
         pair = self._spare.pop(rank, None) or tuple(
             pieces.server_part(mpi.Exchange(self.comm, center.buffer.like()), 0,
-                               center.buffer.size, self.in_pieces) for _ in range(2))
+                               center.buffer.size, self.piece) for _ in range(2))
         if reply is not None:
             pair[0].buffer.data[...] = center.buffer.data
         transfer = self.transfers[rank] = Transfer(rank, reply, pair, both=reply is not None)

@@ -99,7 +99,7 @@ class Server(GivingUp, Algorithm):
 
     role = "server"
     server_based = True
-    in_pieces = True            # model messages in pieces.server_piece() elements
+    in_pieces = True            # model messages in pieces (pieces.py)
     GLOBAL_STATE = SHARDED_STATE = ("center",)
 
     def __init__(self, *args, **kwargs):
@@ -107,8 +107,9 @@ class Server(GivingUp, Algorithm):
         refuse_survival_with_shards(self)
         bounds = shard_bounds(self.buffer.size, self.servers)
         self.shard = bounds[self.node.rank]         # [lo, hi): the elements this rank serves
+        self.piece = pieces.algorithm_piece(self.exchange, self.in_pieces)
         def part(exchange, lo, hi):     # in pieces where the algorithm says so
-            return pieces.server_part(exchange, lo, hi, self.in_pieces)
+            return pieces.server_part(exchange, lo, hi, self.piece)
         self.center_exchange = part(self.exchange, *self.shard)
         # x: the whole buffer with one server, else a view of this shard
         self.center = self.buffer if self.servers == 1 else self.center_exchange.buffer
@@ -133,7 +134,7 @@ class Server(GivingUp, Algorithm):
         self.notice_sent = None                     # [code, sender, value] when it gave up
         self.control = ControlQueue(self.comm, self.servers, self.node.size,
                                     Waiter(self.poll_max_sleep), lossy=self.survive_worker_loss)
-        self.in_flight = InFlight(self.comm, self.in_pieces)
+        self.in_flight = InFlight(self.comm, self.piece)
         self._new_round = False
         super().initialized()                       # restart(): started_from
 

@@ -60,6 +60,7 @@ class ServerWorker(Algorithm):
         super().__init__(*args, **kwargs)
         refuse_survival_with_shards(self)
         self.shards = shard_bounds(self.buffer.size, self.servers)   # [(lo, hi)] of each server
+        self.piece = pieces.algorithm_piece(self.exchange, self.in_pieces)
 
     def initialized(self):
         if self.servers > 1:                # collective with the servers' Split
@@ -134,7 +135,7 @@ class ServerWorker(Algorithm):
 
     def shard_parts(self, exchange):
         """[Exchange of shard s's elements] for s = 0..S-1."""
-        return [pieces.server_part(exchange, lo, hi, self.in_pieces) for lo, hi in self.shards]
+        return [pieces.server_part(exchange, lo, hi, self.piece) for lo, hi in self.shards]
 
     def one_order(self):
         """Whether every server serves in one order (the servers' rule, which

@@ -95,7 +95,16 @@ def test_server_piece_from_the_environment():
         settings.set("PSGD_MPI_SERVER_PIECE", -1)
     old = settings.set("PSGD_MPI_SERVER_PIECE", 0)
     try:
-        assert pieces.server_piece() == 0
+        assert pieces.server_piece() == pieces.server_piece(across_hosts=True) == 0
+    finally:
+        settings.set("PSGD_MPI_SERVER_PIECE", old)
+
+
+def test_server_piece_by_the_path_of_the_bytes():
+    old = settings.set("PSGD_MPI_SERVER_PIECE", None)
+    try:
+        assert pieces.server_piece() == pieces.ONE_HOST_PIECE == 1 << 18
+        assert pieces.server_piece(across_hosts=True) == pieces.ACROSS_HOSTS_PIECE == 1 << 15
     finally:
         settings.set("PSGD_MPI_SERVER_PIECE", old)
 
