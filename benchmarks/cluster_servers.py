@@ -16,6 +16,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cluster  # noqa: E402
 import common  # noqa: E402
+from psgd import pieces  # noqa: E402
 
 # (servers S, workers N): S = 3 with 3 workers, so that neither side's links
 # are fewer than the servers'
@@ -86,7 +87,9 @@ def report(runs):
           "every server received and sent together; `allowed`: min(S, N) links' rate "
           "each way, both directions; `share`: the two's ratio, (!) below the %.2f goal. "
           "`server CPU`: the busiest server's CPU time over its wall time. `load`: the "
-          "machine's 1-minute load average before and after the job." % TARGET, "",
+          "machine's 1-minute load average before and after the job. Model messages go "
+          "in the server piece of ranks that span hosts (%s elements; psgd/pieces.py, "
+          "benchmarks/FINDINGS.md)." % (TARGET, "{:,}".format(pieces.ACROSS_HOSTS_PIECE)), "",
           cluster.NOTE, "",
           common.table(["rate", "S", "N", "parameters", "syncs", "per sync",
                         "vs bytes / rate", "through servers", "allowed", "share",

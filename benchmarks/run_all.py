@@ -12,9 +12,11 @@ MPI forced through its network path (`--regime`, benchmarks/common.py). Results
 (JSON, PNG) go to benchmarks/results/; BENCHMARKS.md references them. The
 machine's other load is sampled before the run and between sections (the
 CPU share used while no benchmark runs) and reported, since timings on a
-shared machine are only as good as its quiet. With --only, the other
-sections stay in BENCHMARKS.md, re-rendered from their saved results, and
-the closing table says when each section was measured.
+shared machine are only as good as its quiet. With --only (or a --regime
+that leaves sections out), only the sections measured are written: the
+others stay in BENCHMARKS.md as they are, notes written into them by hand
+included (report_splice.py), and the closing table says when each section
+was measured. --render rewrites the whole file from the saved results.
 """
 import argparse
 import inspect
@@ -28,6 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import common  # noqa: E402
 import mpi_regimes  # noqa: E402
+import report_splice  # noqa: E402
 
 if common.ROOT not in sys.path:
     sys.path.insert(1, common.ROOT)   # psgd from the checkout when not installed
@@ -88,13 +91,15 @@ def main(argv=None):
         p.error("--only %s: not across hosts; --regime cluster runs %s" % (
             ",".join(one_machine), ", ".join(CLUSTER_SECTIONS)))
     if args.render:
-        return render_saved(chosen, args.out)
+        return render_saved(chosen if args.only else SECTIONS, args.out)
     started = time.time()
     measured = _saved_meta().get("measured", {})
     machine = common.machine_info()
     busy = {"before": cpu_busy(2.0), "between": []}
     load = [common.load_average()]
     prepare_data()
+    partial = set(chosen) != set(SECTIONS) and os.path.exists(args.out)
+    old_heads = [h for name in chosen for h in _saved_headlines(name)] if partial else []
     sections, timings = [], {}
     for name in chosen:
         print("== %s" % name, flush=True)
@@ -116,9 +121,18 @@ def main(argv=None):
         busy["between"].append(cpu_busy(1.0))
         load.append(common.load_average())
         print("   %.0f s" % timings[name], flush=True)
-    sections = _with_saved(chosen, dict(zip(chosen, sections)))
+    fresh = sections
+    sections = [s for _, s in _with_saved(dict(zip(chosen, sections)))]
     text = render(machine, busy, load, sections, timings, started, args.quick,
-                  measured=measured, chosen=chosen)
+                  measured=measured, chosen=chosen, spliced=partial)
+    if partial:
+        with open(args.out) as f:
+            text, missing = report_splice.splice(
+                f.read(), text, [s.title for s in fresh], old_heads,
+                [h for s in fresh for h in s.headlines])
+        for h in missing:
+            print("run_all: headline not found in %s (edited by hand?), left as it is: %s" % (
+                args.out, h), file=sys.stderr)
     with open(args.out, "w") as f:
         f.write(text)
     common.save_json("run_all.json", {"machine": machine, "busy": busy, "load": load,
@@ -136,16 +150,26 @@ def _saved_meta():
         return {}
 
 
-def _with_saved(chosen, fresh):
-    """Every section in report order: those just measured, and the others
-    re-rendered from their saved results where there are any."""
+def _saved_headlines(name):
+    """Section `name`'s headlines as its saved results render them (what
+    BENCHMARKS.md shows of it before this run), or none."""
+    try:
+        return __import__(name).rerender().headlines
+    except (OSError, ValueError, KeyError):
+        return []
+
+
+def _with_saved(fresh):
+    """[(name, Section)] of every section in report order: those just
+    measured (`fresh`, by name), and the others re-rendered from their saved
+    results where there are any."""
     out = []
     for name in SECTIONS:
         if name in fresh:
-            out.append(fresh[name])
+            out.append((name, fresh[name]))
             continue
         try:
-            out.append(__import__(name).rerender())
+            out.append((name, __import__(name).rerender()))
         except (OSError, ValueError, KeyError):
             pass   # never measured: nothing to show
     return out
@@ -153,12 +177,21 @@ def _with_saved(chosen, fresh):
 
 def render_saved(chosen, out):
     """BENCHMARKS.md again from the last run's saved results (after editing
-    the report code or FINDINGS.md)."""
+    the report code or FINDINGS.md): the whole file, or (--only) the
+    `chosen` sections spliced into it with the blocks the run owns."""
     meta = common.load_json("run_all.json")
-    sections = _with_saved((), {})
-    text = render(meta["machine"], meta["busy"], meta["load"], sections, meta["timings"],
+    sections = _with_saved({})
+    partial = set(chosen) != set(SECTIONS) and os.path.exists(out)
+    text = render(meta["machine"], meta["busy"], meta["load"], [s for _, s in sections],
+                  meta["timings"],
                   meta["started"], meta["quick"], meta["minutes"],
-                  measured=meta.get("measured", {}), chosen=meta.get("chosen", SECTIONS))
+                  measured=meta.get("measured", {}), chosen=meta.get("chosen", SECTIONS),
+                  spliced=partial)
+    if partial:
+        mine = [s for name, s in sections if name in chosen]
+        heads = [h for s in mine for h in s.headlines]
+        with open(out) as f:
+            text, _ = report_splice.splice(f.read(), text, [s.title for s in mine], heads, heads)
     with open(out, "w") as f:
         f.write(text)
     print("wrote %s from saved results" % out)
@@ -174,7 +207,7 @@ def _utc(t):
 
 
 def render(machine, busy, load, sections, timings, started, quick, minutes=None,
-           measured=None, chosen=SECTIONS):
+           measured=None, chosen=SECTIONS, spliced=False):
     cores = machine["cores"] or 1
     between = [b for b in busy["between"] if b is not None]
     worst_between = max(between) if between else None
@@ -193,8 +226,9 @@ def render(machine, busy, load, sections, timings, started, quick, minutes=None,
         out[-2] = out[-2].replace(
             "Every figure below is a ratio or a curve measured in this one run",
             "This run measured %s; %s come from earlier runs (the last table says when), "
-            "re-rendered from their saved results. Within a section every figure is a ratio "
-            "or a curve measured in one run" % (", ".join(chosen), ", ".join(kept)))
+            "%s. Within a section every figure is a ratio or a curve measured in one run" % (
+                ", ".join(chosen), ", ".join(kept),
+                "kept as they were written" if spliced else "re-rendered from their saved results"))
     if quick:
         out += ["**This is a --quick smoke run: small sizes and few repeats; do not read the "
                 "numbers as measurements.**", ""]
