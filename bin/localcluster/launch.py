@@ -74,9 +74,28 @@ HOST_FLAGS = {"mpich": ("-hosts", "-host", "-f", "-hostfile", "-machinefile"),
                           "--machinefile", "-machinefile")}
 
 
+HOST_LISTS = ("-hosts", "-host", "--host", "-H")     # the flags whose value names hosts
+
+
+def named_hosts(args):
+    """The host names the launcher's options give, in host lists
+    (`-hosts h0:2,h1:2`) and host files (a name first on each line)."""
+    names = []
+    for flag, value in zip(args, args[1:]):
+        if flag in HOST_LISTS:
+            names += [h.split(":")[0] for h in value.split(",") if h]
+        elif flag in HOST_FLAGS["mpich"] + HOST_FLAGS["openmpi"] and os.path.isfile(value):
+            with open(value) as f:
+                names += [line.split()[0].split(":")[0] for line in f
+                          if line.strip() and not line.lstrip().startswith("#")]
+    return names
+
+
 def mpirun_command(state, args, launcher=None):
     launcher = launcher or os.environ.get("MPIEXEC") or find_tool("mpiexec")
     kind = flavour(launcher)
+    for name in named_hosts(args):      # before the launcher, whose own lines say less
+        host(state, name)
     live = ",".join(h["name"] for h in state["hosts"] if _hosts.alive(h))
     if kind == "mpich":
         cmd = [launcher, "-launcher", "ssh", "-launcher-exec", agent_path()]

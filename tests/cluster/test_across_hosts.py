@@ -251,3 +251,17 @@ def test_torchrun_on_every_host(cluster, workdir):
     ranks = sorted(line.split()[1:] for line in r.stdout.splitlines() if line.startswith("RANK"))
     assert ranks == [["0", "4", "h0", "10"], ["1", "4", "h0", "10"],
                      ["2", "4", "h1", "10"], ["3", "4", "h1", "10"]], r.stdout
+
+
+def test_a_host_the_cluster_lacks_is_one_line_before_any_launch(cluster, workdir):
+    """`mpirun -hosts h0:1,h9:1` on a cluster of h0 and h1: the tool names
+    h9 and exits 2 before the launcher starts (which would print four lines
+    of its own after the tool's), in a host list and in a host file."""
+    hostfile = workdir / "hosts"
+    hostfile.write_text("# the job's hosts\nh0:1\nh9:1\n")
+    for where in (["-hosts", "h0:1,h9:1"], ["-f", str(hostfile)]):
+        r = subprocess.run([sys.executable, TOOL, "mpirun"] + where + ["-n", "2", "true"],
+                           capture_output=True, text=True, env=cluster.job_env(), timeout=60)
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.strip().splitlines() == [
+            "psgd-local-cluster: error: no host 'h9' in this cluster (hosts: h0, h1)"], r.stderr
