@@ -193,6 +193,7 @@ else:
 """
 
 
+@pytest.mark.one_mpi
 def test_server_messages_go_in_the_across_hosts_piece(cluster):
     """asgd with its server on h0 and workers on both hosts: the model
     messages go in 32k-element pieces (psgd/pieces.py), and the center is
@@ -253,6 +254,7 @@ def test_torchrun_on_every_host(cluster, workdir):
                      ["2", "4", "h1", "10"], ["3", "4", "h1", "10"]], r.stdout
 
 
+@pytest.mark.one_mpi
 def test_a_host_the_cluster_lacks_is_one_line_before_any_launch(cluster, workdir):
     """`mpirun -hosts h0:1,h9:1` on a cluster of h0 and h1: the tool names
     h9 and exits 2 before the launcher starts (which would print four lines
