@@ -41,7 +41,7 @@ def run(quick=False):
                 load = common.load_average()[0]
                 data = cluster.run_child(
                     "server_throughput.py", cluster.layout(s + n, 1), out,
-                    ["--sizes", size, "--servers", s, "--duration", 2 if quick else 8],
+                    ["--sizes", size, "--servers", s, "--duration", 2 if quick else 8, "--bare"],
                     timeout=600)
                 data.update(rate=rate, load=[load, common.load_average()[0]])
                 runs.append(data)
@@ -67,17 +67,23 @@ def report(runs):
         one_way = 4 * row["size"] * 8 / cluster.RATE_BITS[r["rate"]]
         share = row["servers_bytes_per_s"] / allowed(r)
         trip = row["wall_s"] / row["syncs"] * r["workers"]
+        bare = row.get("bare_bytes_per_s")
+        bare_share = bare / allowed(r) if bare else None
         rows.append([r["rate"], r["servers"], r["workers"], common.fmt_size(row["size"]),
                      row["syncs"], "%.2f s" % trip, "%.2fx" % (trip / one_way),
                      "%s/s" % common.fmt_bytes(row["servers_bytes_per_s"]),
                      "%s/s" % common.fmt_bytes(allowed(r)),
                      "%.2f%s" % (share, "" if share >= TARGET or r["workers"] == 1 else " (!)"),
+                     "%.2f" % bare_share if bare else "-",
+                     "%.2f" % (row["servers_bytes_per_s"] / bare) if bare else "-",
                      "%.0f%%" % (100 * row["server_cpu_share"]), "%.1f-%.1f" % tuple(r["load"])])
         if r["workers"] > 1:
             heads.append("asgd servers across hosts at %s, S = %d, N = %d: %.2f of what "
-                         "their links allow (%s/s through the servers)" % (
+                         "their links allow (%s/s through the servers)%s" % (
                              r["rate"], r["servers"], r["workers"], share,
-                             common.fmt_bytes(row["servers_bytes_per_s"])))
+                             common.fmt_bytes(row["servers_bytes_per_s"]),
+                             "; a bare MPI exchange of the same bytes %.2f" % bare_share
+                             if bare else ""))
     md = ["asgd with S servers and N workers, one rank per namespace host, the servers "
           "on hosts h0..h{S-1} and the workers on the others; every worker syncs back to "
           "back (push a delta, pull the center) for a fixed time. `per sync`: wall time "
@@ -86,14 +92,19 @@ def report(runs):
           "full duplex, so the delta in and the center out can share that time). `through servers`: the bytes per second "
           "every server received and sent together; `allowed`: min(S, N) links' rate "
           "each way, both directions; `share`: the two's ratio, (!) below the %.2f goal. "
+          "`bare`: the share of a bare MPI exchange of the same bytes in the same job "
+          "(the median of 4 rounds before the syncs and 4 after; every worker sends each server its shard and receives it back, "
+          "every piece posted at once, no update, no control message, one Waitall: what "
+          "MPI itself moves in this shape here, the limit of any server protocol over it); "
+          "`vs bare`: psgd's bytes per second over the bare exchange's. "
           "`server CPU`: the busiest server's CPU time over its wall time. `load`: the "
           "machine's 1-minute load average before and after the job. Model messages go "
           "in the server piece of ranks that span hosts (%s elements; psgd/pieces.py, "
           "benchmarks/FINDINGS.md)." % (TARGET, "{:,}".format(pieces.ACROSS_HOSTS_PIECE)), "",
           cluster.NOTE, "",
           common.table(["rate", "S", "N", "parameters", "syncs", "per sync",
-                        "vs bytes / rate", "through servers", "allowed", "share",
-                        "server CPU", "load"], rows), ""]
+                        "vs bytes / rate", "through servers", "allowed", "share", "bare",
+                        "vs bare", "server CPU", "load"], rows), ""]
     return common.Section(TITLE, "\n".join(md), heads, runs)
 
 

@@ -42,6 +42,8 @@ def child(argv):
     p.add_argument("--sizes", required=True)
     p.add_argument("--servers", type=int, required=True)
     p.add_argument("--duration", type=float, default=DURATION)
+    p.add_argument("--bare", action="store_true",
+                   help="also time the same bytes as one bare MPI exchange (bare_exchange)")
     args = p.parse_args(argv)
     comm = MPI.COMM_WORLD
     out = {"np": comm.size, "servers": args.servers, "workers": comm.size - args.servers,
@@ -49,13 +51,58 @@ def child(argv):
     if comm.size == 2:
         out["allreduce_check_s"] = _allreduce(comm, ALLREDUCE_CHECK)
     for size in (int(float(s)) for s in args.sizes.split(",")):
+        bare = bare_exchange(comm, size, args.servers) if args.bare else []
         row = _measure(comm, size, args.servers, args.duration)
+        if args.bare:       # rounds before and after the syncs, each timed alone
+            bare += bare_exchange(comm, size, args.servers)
+            if comm.rank == 0:
+                row["bare_round_s"] = bare
+                row["bare_bytes_per_s"] = 2 * (comm.size - args.servers) * size * 4 / \
+                    common.median(bare)
         if comm.rank == 0:
             out["rows"].append(row)
     if comm.rank == 0:
         import json
         with open(args.out, "w") as f:
             json.dump(out, f)
+
+
+def bare_exchange(comm, size, servers, reps=4):
+    """Seconds of each of `reps` rounds (the slowest rank's) of a bare
+    exchange of the same bytes: every worker sends each server its shard of a
+    float32 model and receives it back, every message posted at once in
+    psgd's server pieces (by the path of the bytes), no update, no control
+    message, one Waitall. What MPI moves in this shape on this machine: the
+    limit of any server protocol over it. Collective."""
+    from mpi4py import MPI
+    from psgd import mpi as psgd_mpi, pieces
+    from psgd.buffers import shard_bounds
+    piece = pieces.server_piece(psgd_mpi.spans_hosts(comm)) or size
+    workers = range(servers, comm.size)
+    bounds = shard_bounds(size, servers)
+    rank = comm.rank
+    mine = bounds[rank] if rank < servers else (0, size)
+    out = np.ones(mine[1] - mine[0], dtype=np.float32)
+    back = [np.empty_like(out) for _ in workers] if rank < servers else [np.empty_like(out)]
+
+    def cut(lo, hi):
+        return [(a, min(a + piece, hi)) for a in range(lo, hi, piece)]
+
+    def round_trip():
+        requests = []
+        if rank < servers:
+            for k, worker in enumerate(workers):
+                for a, b in cut(0, len(out)):
+                    requests.append(comm.Irecv(back[k][a:b], source=worker, tag=1))
+                    requests.append(comm.Isend(out[a:b], dest=worker, tag=2))
+        else:
+            for server, (lo, hi) in enumerate(bounds):
+                for a, b in cut(lo, hi):
+                    requests.append(comm.Isend(out[a:b], dest=server, tag=1))
+                    requests.append(comm.Irecv(back[0][a:b], source=server, tag=2))
+        MPI.Request.Waitall(requests)
+    round_trip()                        # connections up
+    return [common.timed_collective(comm, round_trip) for _ in range(reps)]
 
 
 def _allreduce(comm, size, reps=5):
