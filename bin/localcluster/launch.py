@@ -79,15 +79,25 @@ HOST_LISTS = ("-hosts", "-host", "--host", "-H")     # the flags whose value nam
 
 def named_hosts(args):
     """The host names the launcher's options give, in host lists
-    (`-hosts h0:2,h1:2`) and host files (a name first on each line)."""
-    names = []
-    for flag, value in zip(args, args[1:]):
+    (`-hosts h0:2,h1:2`) and host files (a name first on each line), up to
+    the program (the first word that is a command: its own options are not
+    the launcher's)."""
+    names, i = [], 0
+    while i + 1 < len(args):
+        flag, value = args[i], args[i + 1]
         if flag in HOST_LISTS:
             names += [h.split(":")[0] for h in value.split(",") if h]
-        elif flag in HOST_FLAGS["mpich"] + HOST_FLAGS["openmpi"] and os.path.isfile(value):
-            with open(value) as f:
-                names += [line.split()[0].split(":")[0] for line in f
-                          if line.strip() and not line.lstrip().startswith("#")]
+        elif flag in HOST_FLAGS["mpich"] + HOST_FLAGS["openmpi"]:
+            if os.path.isfile(value):
+                with open(value) as f:
+                    names += [line.split()[0].split(":")[0] for line in f
+                              if line.strip() and not line.lstrip().startswith("#")]
+        elif flag.startswith("-") or not shutil.which(flag):
+            i += 1
+            continue
+        else:
+            break
+        i += 2
     return names
 
 
