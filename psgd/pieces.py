@@ -13,11 +13,10 @@ three runs each, psgd's round trip over its floor): asgd at 1e6 float32
 pieces; at 1e7 1.23-1.43x (1.31) against 1.11-1.16x (1.15). 128k and 512k
 did about as well. Over TCP asgd did not change (1.05x / 1.07x at 1e6):
 the transfer dwarfs the update. Across hosts the piece is 32k elements
-(128 KB), so little of a turn is the wait for its first piece and after its
-last: asgd with S servers and S workers, one rank per namespace host at 1
-Gb/s, the bytes through the servers rose from 0.81-0.82 of what the links
-allow to 0.85-0.89 at S = 2 and from 0.68-0.70 to 0.77-0.78 at S = 3 (three
-interleaved runs of each; benchmarks/FINDINGS.md). easgd stays with one message each way
+(128 KB): a sharded server's turn begins with a wait for its first piece
+and ends with the worker's wait for its last, each with one direction of
+the link idle, and smaller pieces shorten both (benchmarks/FINDINGS.md,
+"Servers across hosts: smaller pieces"). easgd stays with one message each way
 (`in_pieces = False`): its server sends the center from before the update,
 so the update is already off the worker's path, and in pieces (every piece
 sent first, each updated once sent) its round trip got worse: 1.31x ->
