@@ -110,11 +110,17 @@ def current(state):
     return next((h for h in state["hosts"] if h.get("netns") == here), None)
 
 
-def enter_command(state, host, argv):
-    """argv run inside `host`, in this process's working directory."""
+def require_alive(host):
+    """`host`, or the error that says it was killed."""
     if not alive(host):
         raise ClusterError("host %s is down (killed): `psgd-local-cluster down` and `up` again"
                            % host["name"])
+    return host
+
+
+def enter_command(state, host, argv):
+    """argv run inside `host`, in this process's working directory."""
+    require_alive(host)
     here = current(state)
     if here is not None and here["name"] == host["name"]:
         return list(argv)

@@ -105,7 +105,7 @@ def mpirun_command(state, args, launcher=None):
     launcher = launcher or os.environ.get("MPIEXEC") or find_tool("mpiexec")
     kind = flavour(launcher)
     for name in named_hosts(args):      # before the launcher, whose own lines say less
-        host(state, name)
+        _hosts.require_alive(host(state, name))
     live = ",".join(h["name"] for h in state["hosts"] if _hosts.alive(h))
     if kind == "mpich":
         cmd = [launcher, "-launcher", "ssh", "-launcher-exec", agent_path()]

@@ -10,12 +10,13 @@ import pathlib
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import numpy as np
 import pytest
 
-from cluster_util import Cluster, shared_dir, skip_without_cluster
+from cluster_util import TOOL, Cluster, shared_dir, skip_without_cluster
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -138,6 +139,12 @@ def test_a_host_killed_mid_run(cluster_for_faults, workdir, reference):
     assert_nothing_left(cluster, ["h0"])
     assert_intact(workdir, last_folder(workdir))
     assert folder <= last_folder(workdir)
+    # a job started on the lost host: the tool's one line, before any launcher
+    r = subprocess.run([sys.executable, TOOL, "mpirun", "-hosts", "h0:1,h1:1", "-n", "2", "true"],
+                       capture_output=True, text=True, env=cluster.job_env(), timeout=60)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "psgd-local-cluster: error: host h1 is down (killed): `psgd-local-cluster down` and "
+        "`up` again"], r.stderr
     # the same hosts again (h1 rebooted): --resume ends where no fault would have
     cluster.down()
     cluster.__init__(2, "1gbit")
