@@ -9,6 +9,21 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("PSGD_BACKEND", "numpy")
 
 
+def pytest_configure(config):
+    """Under mpirun every rank is a pytest of its own, and at the end each
+    one prunes the same /tmp/pytest-of-USER (its numbered folders and the
+    pytest-current link): two ranks unlinking the link at once ended a
+    passing run with FileNotFoundError (Open MPI, np 5). So each rank gets
+    a root of its own, pruned by it alone."""
+    rank = os.environ.get("PMI_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK")
+    if rank is None or os.environ.get("PYTEST_DEBUG_TEMPROOT") or config.option.basetemp:
+        return
+    import tempfile
+    root = os.path.join(tempfile.gettempdir(), "psgd-tests-rank%s" % rank)
+    os.makedirs(root, exist_ok=True)
+    os.environ["PYTEST_DEBUG_TEMPROOT"] = root
+
+
 def pytest_addoption(parser):
     parser.addoption("--first-case-only", action="store_true",
                      help="run each parametrized test's first selected case only")
