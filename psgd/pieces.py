@@ -22,11 +22,22 @@ so the update is already off the worker's path, and in pieces (every piece
 sent first, each updated once sent) its round trip got worse: 1.31x ->
 1.58x its floor at 1e6, 1.16x -> 1.66x at 1e8. Every rank must use the
 same piece size (psgd.create checks it).
+
+A job that survives a worker's death (survive_worker_loss, Open MPI's ULFM)
+sends every model message across hosts eagerly, in pieces well under the
+TCP transport's eager limit (64 KiB), easgd's too. A rendezvous message
+leaves state in Open MPI's ob1: a receive from a worker killed mid-message
+stays on ob1's list of receives waiting to be scheduled after ULFM has
+completed it in error, a later receive reuses that request, and the server
+deadlocks inside MPI on the request's own lock (gdb stacks in
+benchmarks/FINDINGS.md, "A worker's death and ob1's pending receives").
+An eager message keeps no such state.
 """
 from . import mpi, settings
 
 ONE_HOST_PIECE = 1 << 18            # elements (1 MB of float32)
 ACROSS_HOSTS_PIECE = 1 << 15
+SURVIVAL_PIECE_BYTES = 1 << 15      # half of Open MPI's TCP eager limit
 
 
 def server_piece(across_hosts=False):
@@ -39,11 +50,15 @@ def server_piece(across_hosts=False):
     return ACROSS_HOSTS_PIECE if across_hosts else ONE_HOST_PIECE
 
 
-def algorithm_piece(exchange, in_pieces):
+def algorithm_piece(exchange, in_pieces, survive_worker_loss=False):
     """The piece of an algorithm whose model messages go `in_pieces` on
     `exchange`'s communicator (None: one message). Collective: every rank
     asks, in or out of pieces, whether the ranks span hosts."""
-    piece = server_piece(exchange.spans_hosts())
+    across = exchange.spans_hosts()
+    if (survive_worker_loss and across
+            and settings.get("PSGD_MPI_SERVER_PIECE") is None):
+        return SURVIVAL_PIECE_BYTES // exchange.buffer.dtype.itemsize
+    piece = server_piece(across)
     return (piece or None) if in_pieces else None
 
 

@@ -84,6 +84,54 @@ def test_a_worker_killed_on_the_other_host_and_the_job_goes_on(fresh_cluster, wo
 
 
 
+SURVIVAL_PIECES = """
+import numpy as np
+from mpi4py import MPI
+import psgd
+from psgd import mpi
+
+steps = []                          # the piece of every blocking model exchange
+original = mpi.Sendrecv
+def counting(comm, send, recv, peer, *args):
+    steps.append(args[1] if len(args) > 1 else None)
+    return original(comm, send, recv, peer, *args)
+mpi.Sendrecv = counting
+
+rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+n = 3 * 8192 + 100                  # four 32 KiB pieces of float32
+sync = psgd.create("easgd", [np.zeros(n, np.float32)], survive_worker_loss=True, alpha=0.5)
+assert sync.piece == 8192, sync.piece
+if sync.role == "server":
+    sync.run()
+    # easgd's update, replayed in the order the server served: x += alpha (w_k - x)
+    x = np.zeros(n, np.float32)
+    for service in sync.log:
+        x += np.float32(0.5) * ((np.arange(n, dtype=np.float32) % 89) * service.rank - x)
+    assert np.allclose(sync.params[0], x), np.abs(sync.params[0] - x).max()
+    assert steps and set(steps) == {8192}, steps[:8]
+    print("SURVIVAL-PIECES-OK", len(sync.log), "syncs")
+else:
+    sync.params[0][:] = (np.arange(n, dtype=np.float32) % 89) * rank
+    sync.synchronize(1)
+    sync.stop()
+sync.close()
+"""
+
+
+def test_a_job_that_survives_a_worker_sends_eagerly_across_hosts(fresh_cluster, workdir):
+    """With survive_worker_loss the model messages across hosts go in 32 KiB
+    pieces, under Open MPI's TCP eager limit, easgd's one message each way
+    too: a rendezvous receive from a worker killed mid-message deadlocked
+    the server inside ob1 in 2 runs of 24 under load (psgd/pieces.py)."""
+    cmd = fresh_cluster.mpirun_command(2, 4, ["-c", SURVIVAL_PIECES])
+    at = cmd.index("mpirun") + 1
+    cmd[at:at] = ["--with-ft", "ulfm"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=fresh_cluster.job_env(),
+                       cwd=str(workdir), stdin=subprocess.DEVNULL, timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert "SURVIVAL-PIECES-OK 3 syncs" in r.stdout, r.stdout[-2000:]
+
+
 def test_the_server_killed_and_every_worker_on_both_hosts_names_it(fresh_cluster, workdir):
     """No job survives its server: the workers (rank 1 beside it on h0,
     ranks 2 and 3 across the link) each say so in one line, and the job

@@ -109,6 +109,33 @@ def test_server_piece_by_the_path_of_the_bytes():
         settings.set("PSGD_MPI_SERVER_PIECE", old)
 
 
+class _Path:
+    """What algorithm_piece asks of an Exchange: its path and its dtype."""
+    def __init__(self, across, dtype):
+        self.across, self.buffer = across, FlatBuffer.allocate([(4,)], dtype)
+
+    def spans_hosts(self):
+        return self.across
+
+
+def test_a_job_that_survives_a_worker_sends_eagerly_across_hosts(setting):
+    """survive_worker_loss across hosts: 32 KiB pieces (under Open MPI's TCP
+    eager limit) for every server algorithm, easgd's single message too;
+    on one host, or without survival, the path's piece; an explicit
+    setting holds."""
+    setting("PSGD_MPI_SERVER_PIECE", None)
+    for dtype, piece in ((np.float32, 8192), (np.float64, 4096)):
+        for in_pieces in (True, False):
+            assert pieces.algorithm_piece(_Path(True, dtype), in_pieces, True) == piece
+    assert pieces.SURVIVAL_PIECE_BYTES == 1 << 15
+    assert pieces.algorithm_piece(_Path(False, np.float32), True, True) == pieces.ONE_HOST_PIECE
+    assert pieces.algorithm_piece(_Path(False, np.float32), False, True) is None
+    assert pieces.algorithm_piece(_Path(True, np.float32), True) == pieces.ACROSS_HOSTS_PIECE
+    assert pieces.algorithm_piece(_Path(True, np.float32), False) is None
+    setting("PSGD_MPI_SERVER_PIECE", 1000)
+    assert pieces.algorithm_piece(_Path(True, np.float32), True, True) == 1000
+
+
 def test_pipeline_settings_from_the_environment(setting):
     code = "from psgd import pipeline; print(pipeline.pipeline_chunk(), pipeline.pipeline_threshold())"
     env = dict(os.environ, PSGD_MPI_PIPELINE_CHUNK="1000", PSGD_MPI_PIPELINE_THRESHOLD="5000",
