@@ -3,8 +3,8 @@ worker, and sharded servers S = 1, 2, 3, each server on a host of its own
 and every worker on another, with the bytes per second through the servers
 against what their links allow.
 
-The child of server_throughput.py (asgd: ranks 0..S-1 serve, the others
-sync back to back for a fixed time), one rank per namespace host, so every
+The child of server_throughput.py (asgd, and easgd at S = 1 and 2: ranks
+0..S-1 serve, the others sync back to back for a fixed time), one rank per namespace host, so every
 byte between a worker and a server crosses both hosts' links. A sync moves
 the model's bytes each way (a delta in, the center out), split over the
 shards. What the links allow: min(S, N) links' rate in each direction (the
@@ -21,6 +21,9 @@ from psgd import pieces  # noqa: E402
 # (servers S, workers N): S = 3 with 3 workers, so that neither side's links
 # are fewer than the servers'
 SHAPES = ((1, 1), (1, 2), (2, 2), (3, 3))
+# easgd's server answers with blocking Sendrecvs, in eager pieces across hosts
+# (psgd/pieces.py): the shapes where that differs from asgd's pipelined pieces
+ALGO_SHAPES = (("asgd", SHAPES), ("easgd", SHAPES[:3]))
 SIZE = 10 ** 7
 TARGET = 0.90
 TITLE = "Across hosts: parameter servers and their links"
@@ -32,20 +35,21 @@ def run(quick=False):
         return cluster.skipped(TITLE, why)
     size = 10 ** 6 if quick else SIZE
     rates = cluster.RATES[:1] if quick else cluster.RATES
-    shapes = SHAPES[:3] if quick else SHAPES
+    plan = [(a, shapes[:2] if quick else shapes) for a, shapes in ALGO_SHAPES]
     runs = []
     for rate in rates:
-        with cluster.hosts(max(s + n for s, n in shapes), rate):
-            for s, n in shapes:
-                out = common.result_path("cluster_servers_child.json")
-                load = common.load_average()[0]
-                data = cluster.run_child(
-                    "server_throughput.py", cluster.layout(s + n, 1), out,
-                    ["--sizes", size, "--servers", s, "--duration", 2 if quick else 8, "--bare"],
-                    timeout=600)
-                data.update(rate=rate, load=[load, common.load_average()[0]])
-                runs.append(data)
-                print("   %s S=%d N=%d done" % (rate, s, n), flush=True)
+        with cluster.hosts(max(s + n for s, n in SHAPES), rate):
+            for algo, shapes in plan:
+                for s, n in shapes:
+                    out = common.result_path("cluster_servers_child.json")
+                    load = common.load_average()[0]
+                    data = cluster.run_child(
+                        "server_throughput.py", cluster.layout(s + n, 1), out,
+                        ["--sizes", size, "--servers", s, "--duration", 2 if quick else 8,
+                         "--bare", "--algo", algo], timeout=600)
+                    data.update(rate=rate, load=[load, common.load_average()[0]])
+                    runs.append(data)
+                    print("   %s %s S=%d N=%d done" % (rate, algo, s, n), flush=True)
     common.save_json("cluster_servers.json", {"runs": runs, "quick": quick})
     return report(runs)
 
@@ -69,7 +73,7 @@ def report(runs):
         trip = row["wall_s"] / row["syncs"] * r["workers"]
         bare = row.get("bare_bytes_per_s")
         bare_share = bare / allowed(r) if bare else None
-        rows.append([r["rate"], r["servers"], r["workers"], common.fmt_size(row["size"]),
+        rows.append([r.get("algo", "asgd"), r["rate"], r["servers"], r["workers"], common.fmt_size(row["size"]),
                      row["syncs"], "%.2f s" % trip, "%.2fx" % (trip / one_way),
                      "%s/s" % common.fmt_bytes(row["servers_bytes_per_s"]),
                      "%s/s" % common.fmt_bytes(allowed(r)),
@@ -78,13 +82,13 @@ def report(runs):
                      "%.2f" % (row["servers_bytes_per_s"] / bare) if bare else "-",
                      "%.0f%%" % (100 * row["server_cpu_share"]), "%.1f-%.1f" % tuple(r["load"])])
         if r["workers"] > 1:
-            heads.append("asgd servers across hosts at %s, S = %d, N = %d: %.2f of what "
+            heads.append("%s servers across hosts at %s, S = %d, N = %d: %.2f of what "
                          "their links allow (%s/s through the servers)%s" % (
-                             r["rate"], r["servers"], r["workers"], share,
+                             r.get("algo", "asgd"), r["rate"], r["servers"], r["workers"], share,
                              common.fmt_bytes(row["servers_bytes_per_s"]),
                              "; a bare MPI exchange of the same bytes %.2f" % bare_share
                              if bare else ""))
-    md = ["asgd with S servers and N workers, one rank per namespace host, the servers "
+    md = ["asgd (and easgd) with S servers and N workers, one rank per namespace host, the servers "
           "on hosts h0..h{S-1} and the workers on the others; every worker syncs back to "
           "back (push a delta, pull the center) for a fixed time. `per sync`: wall time "
           "per sync of one worker (for N = 1 the server round trip), and against the "
@@ -98,11 +102,14 @@ def report(runs):
           "MPI itself moves in this shape here, the limit of any server protocol over it); "
           "`vs bare`: psgd's bytes per second over the bare exchange's. "
           "`server CPU`: the busiest server's CPU time over its wall time. `load`: the "
-          "machine's 1-minute load average before and after the job. Model messages go "
-          "in the server piece of ranks that span hosts (%s elements; psgd/pieces.py, "
-          "benchmarks/FINDINGS.md)." % (TARGET, "{:,}".format(pieces.ACROSS_HOSTS_PIECE)), "",
+          "machine's 1-minute load average before and after the job. asgd's model messages go "
+          "in the server piece of ranks that span hosts (%s elements), all posted at once; "
+          "easgd's server answers with blocking Sendrecvs of %s KiB (eager) pieces "
+          "(psgd/pieces.py, benchmarks/FINDINGS.md)." % (
+              TARGET, "{:,}".format(pieces.ACROSS_HOSTS_PIECE), pieces.EAGER_PIECE_BYTES >> 10),
+          "",
           cluster.NOTE, "",
-          common.table(["rate", "S", "N", "parameters", "syncs", "per sync",
+          common.table(["algo", "rate", "S", "N", "parameters", "syncs", "per sync",
                         "vs bytes / rate", "through servers", "allowed", "share", "bare",
                         "vs bare", "server CPU", "load"], rows), ""]
     return common.Section(TITLE, "\n".join(md), heads, runs)

@@ -42,17 +42,18 @@ def child(argv):
     p.add_argument("--sizes", required=True)
     p.add_argument("--servers", type=int, required=True)
     p.add_argument("--duration", type=float, default=DURATION)
+    p.add_argument("--algo", default=ALGO, help="the server algorithm the workers sync")
     p.add_argument("--bare", action="store_true",
                    help="also time the same bytes as one bare MPI exchange (bare_exchange)")
     args = p.parse_args(argv)
     comm = MPI.COMM_WORLD
     out = {"np": comm.size, "servers": args.servers, "workers": comm.size - args.servers,
-           "rows": []}
+           "algo": args.algo, "rows": []}
     if comm.size == 2:
         out["allreduce_check_s"] = _allreduce(comm, ALLREDUCE_CHECK)
     for size in (int(float(s)) for s in args.sizes.split(",")):
         bare = bare_exchange(comm, size, args.servers) if args.bare else []
-        row = _measure(comm, size, args.servers, args.duration)
+        row = _measure(comm, size, args.servers, args.duration, args.algo)
         if args.bare:       # rounds before and after the syncs, each timed alone
             bare += bare_exchange(comm, size, args.servers)
             if comm.rank == 0:
@@ -113,10 +114,10 @@ def _allreduce(comm, size, reps=5):
     return common.median(times[1:])
 
 
-def _measure(comm, size, servers, duration):
+def _measure(comm, size, servers, duration, algo=ALGO):
     import psgd
     options = {"servers": servers} if servers > 1 else {}
-    obj = psgd.create(ALGO, [np.zeros(size, dtype=np.float32)], comm=comm, **options)
+    obj = psgd.create(algo, [np.zeros(size, dtype=np.float32)], comm=comm, **options)
     comm.Barrier()
     mine = {"server": obj.role == "server"}
     if obj.role == "server":

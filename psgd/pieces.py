@@ -16,28 +16,33 @@ the transfer dwarfs the update. Across hosts the piece is 32k elements
 (128 KB): a sharded server's turn begins with a wait for its first piece
 and ends with the worker's wait for its last, each with one direction of
 the link idle, and smaller pieces shorten both (benchmarks/FINDINGS.md,
-"Servers across hosts: smaller pieces"). easgd stays with one message each way
-(`in_pieces = False`): its server sends the center from before the update,
-so the update is already off the worker's path, and in pieces (every piece
-sent first, each updated once sent) its round trip got worse: 1.31x ->
-1.58x its floor at 1e6, 1.16x -> 1.66x at 1e8. Every rank must use the
-same piece size (psgd.create checks it).
+"Servers across hosts: smaller pieces"). easgd's server answers with one
+blocking Sendrecv (`in_pieces = False`): its reply is the center from
+before the update, so the update is already off the worker's path. On one
+host that stays one message each way: in pieces (every piece sent first,
+each updated once sent) its round trip got worse, 1.31x -> 1.58x its floor
+at 1e6, 1.16x -> 1.66x at 1e8. Across hosts one 40 MB message each way
+took 2.1x the link's time at 1 Gb/s (median of 6 syncs, one direction
+after the other in most of them, under MPICH and Open MPI alike), and a
+train of blocking Sendrecvs of EAGER_PIECE_BYTES each 1.07-1.11x: sent
+eagerly, a piece needs no handshake, which 128 KB pieces paid for in every
+Sendrecv (1.9-2.0x under Open MPI). Every rank must use the same piece
+size (psgd.create checks it).
 
 A job that survives a worker's death (survive_worker_loss, Open MPI's ULFM)
-sends every model message across hosts eagerly, in pieces well under the
-TCP transport's eager limit (64 KiB), easgd's too. A rendezvous message
-leaves state in Open MPI's ob1: a receive from a worker killed mid-message
-stays on ob1's list of receives waiting to be scheduled after ULFM has
-completed it in error, a later receive reuses that request, and the server
-deadlocks inside MPI on the request's own lock (gdb stacks in
-benchmarks/FINDINGS.md, "A worker's death and ob1's pending receives").
-An eager message keeps no such state.
+sends every model message across hosts in eager pieces, asgd's and masgd's
+too. A rendezvous message leaves state in Open MPI's ob1: a receive from a
+worker killed mid-message stays on ob1's list of receives waiting to be
+scheduled after ULFM has completed it in error, a later receive reuses that
+request, and the server deadlocks inside MPI on the request's own lock (gdb
+stacks in benchmarks/FINDINGS.md, "A worker's death and ob1's pending
+receives"). An eager message keeps no such state.
 """
 from . import mpi, settings
 
 ONE_HOST_PIECE = 1 << 18            # elements (1 MB of float32)
 ACROSS_HOSTS_PIECE = 1 << 15
-SURVIVAL_PIECE_BYTES = 1 << 15      # half of Open MPI's TCP eager limit
+EAGER_PIECE_BYTES = 1 << 15         # half of Open MPI's TCP eager limit (64 KiB)
 
 
 def server_piece(across_hosts=False):
@@ -51,15 +56,18 @@ def server_piece(across_hosts=False):
 
 
 def algorithm_piece(exchange, in_pieces, survive_worker_loss=False):
-    """The piece of an algorithm whose model messages go `in_pieces` on
-    `exchange`'s communicator (None: one message). Collective: every rank
-    asks, in or out of pieces, whether the ranks span hosts."""
+    """The piece of an algorithm's model messages on `exchange`'s
+    communicator (None: one message). in_pieces: its server serves piece by
+    piece, every piece posted at once (asgd, masgd); else it answers with
+    one Sendrecv (easgd), one message on one host. Collective: every rank
+    asks whether the ranks span hosts."""
     across = exchange.spans_hosts()
-    if (survive_worker_loss and across
+    if not (in_pieces or across):
+        return None
+    if (across and (survive_worker_loss or not in_pieces)
             and settings.get("PSGD_MPI_SERVER_PIECE") is None):
-        return SURVIVAL_PIECE_BYTES // exchange.buffer.dtype.itemsize
-    piece = server_piece(across)
-    return (piece or None) if in_pieces else None
+        return EAGER_PIECE_BYTES // exchange.buffer.dtype.itemsize
+    return server_piece(across) or None
 
 
 def server_part(exchange, lo, hi, piece):

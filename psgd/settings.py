@@ -46,7 +46,7 @@ SETTINGS = {
         "server piece", COUNT, None,
         meaning="elements per model message of the server algorithms, 0: one message; "
                 "unset: by the path of the bytes (psgd/pieces.py: 256k within a host, 32k "
-                "across hosts, 32 KiB across hosts with survive_worker_loss)"),
+                "across hosts; 32 KiB across hosts for easgd and under survive_worker_loss)"),
     "PSGD_COMPRESSION_HIERARCHY": Setting(
         "compression hierarchy", TEXT, "auto",
         meaning="auto | on | leader | off: the compressed sums in two levels (inside each "

@@ -118,22 +118,27 @@ class _Path:
         return self.across
 
 
-def test_a_job_that_survives_a_worker_sends_eagerly_across_hosts(setting):
-    """survive_worker_loss across hosts: 32 KiB pieces (under Open MPI's TCP
-    eager limit) for every server algorithm, easgd's single message too;
-    on one host, or without survival, the path's piece; an explicit
-    setting holds."""
+def test_eager_pieces_across_hosts_for_easgd_and_any_job_that_survives(setting):
+    """Across hosts: easgd's one Sendrecv, and every server algorithm's
+    messages under survive_worker_loss, in 32 KiB pieces (under Open MPI's
+    TCP eager limit); asgd's otherwise in the path's piece; easgd on one
+    host in one message, whatever the setting; an explicit setting holds
+    elsewhere."""
     setting("PSGD_MPI_SERVER_PIECE", None)
+    assert pieces.EAGER_PIECE_BYTES == 1 << 15
     for dtype, piece in ((np.float32, 8192), (np.float64, 4096)):
+        assert pieces.algorithm_piece(_Path(True, dtype), False) == piece
         for in_pieces in (True, False):
             assert pieces.algorithm_piece(_Path(True, dtype), in_pieces, True) == piece
-    assert pieces.SURVIVAL_PIECE_BYTES == 1 << 15
+    assert pieces.algorithm_piece(_Path(True, np.float32), True) == pieces.ACROSS_HOSTS_PIECE
     assert pieces.algorithm_piece(_Path(False, np.float32), True, True) == pieces.ONE_HOST_PIECE
     assert pieces.algorithm_piece(_Path(False, np.float32), False, True) is None
-    assert pieces.algorithm_piece(_Path(True, np.float32), True) == pieces.ACROSS_HOSTS_PIECE
-    assert pieces.algorithm_piece(_Path(True, np.float32), False) is None
     setting("PSGD_MPI_SERVER_PIECE", 1000)
     assert pieces.algorithm_piece(_Path(True, np.float32), True, True) == 1000
+    assert pieces.algorithm_piece(_Path(True, np.float32), False) == 1000
+    assert pieces.algorithm_piece(_Path(False, np.float32), False) is None
+    setting("PSGD_MPI_SERVER_PIECE", 0)
+    assert pieces.algorithm_piece(_Path(True, np.float32), False) is None
 
 
 def test_pipeline_settings_from_the_environment(setting):
