@@ -183,3 +183,47 @@ def shared_dir(name):
 def json_lines(path):
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+_SERVER_PIECES = """
+import numpy as np
+from mpi4py import MPI
+import psgd
+from psgd import mpi
+
+received = []
+original = mpi.Exchange.irecv_part
+def counting(exchange, source, lo, hi, *args, **kwargs):
+    received.append(hi - lo)
+    return original(exchange, source, lo, hi, *args, **kwargs)
+mpi.Exchange.irecv_part = counting
+
+comm = MPI.COMM_WORLD
+rank, size = comm.Get_rank(), comm.Get_size()
+piece = %(piece)d
+n = 3 * piece + 1234                        # four pieces: three whole and a remainder
+sync = psgd.create("asgd", [np.zeros(n, np.float32)], %(options)s)
+assert mpi.spans_hosts(comm) and sync.piece == piece, sync.piece
+if sync.role == "server":
+    stats = sync.run()
+    # integer-valued deltas: the center is their sum in any order
+    expected = sum((np.arange(n, dtype=np.float32) %% 89) * k for k in range(1, size))
+    assert np.array_equal(sync.params[0], expected), np.abs(sync.params[0] - expected).max()
+    assert received == [piece, piece, piece, 1234] * stats.syncs, received[:8]
+    print("PIECES-OK", stats.syncs, "syncs of", len(received) // stats.syncs, "pieces")
+else:
+    sync.params[0][:] = (np.arange(n, dtype=np.float32) %% 89) * rank
+    sync.synchronize(1)
+    sync.stop()
+sync.close()
+"""
+
+
+def server_pieces_job(piece, **options):
+    """`python -c` text of an asgd job across hosts (its server on one, workers
+    on every host) that checks its model messages arrive in pieces of `piece`
+    elements and that the center is the sum of the deltas; it prints
+    "PIECES-OK <syncs> syncs of 4 pieces"."""
+    return _SERVER_PIECES % {"piece": piece, "options": ", ".join(
+        "%s=%r" % kv for kv in sorted(options.items()))}
+

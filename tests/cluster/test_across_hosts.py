@@ -11,7 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-from cluster_util import TOOL, json_lines
+from cluster_util import TOOL, json_lines, server_pieces_job
+from psgd import pieces
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -160,45 +161,12 @@ def test_ranks_on_two_hosts_pipeline_the_sum_and_get_one_calls_bits(cluster):
     assert "PIPELINED-OK" in r.stdout
 
 
-SERVER_PIECES = """
-import numpy as np
-from mpi4py import MPI
-import psgd
-from psgd import mpi, pieces
-
-received = []
-original = mpi.Exchange.irecv_part
-def counting(exchange, source, lo, hi, *args, **kwargs):
-    received.append(hi - lo)
-    return original(exchange, source, lo, hi, *args, **kwargs)
-mpi.Exchange.irecv_part = counting
-
-comm = MPI.COMM_WORLD
-rank, size = comm.Get_rank(), comm.Get_size()
-piece = pieces.ACROSS_HOSTS_PIECE
-n = 3 * piece + 1234                        # four pieces of the across-hosts size
-sync = psgd.create("asgd", [np.zeros(n, np.float32)])
-assert mpi.spans_hosts(comm) and sync.piece == piece, sync.piece
-if sync.role == "server":
-    stats = sync.run()
-    # integer-valued deltas: the center is their sum in any order
-    expected = sum((np.arange(n, dtype=np.float32) % 89) * k for k in range(1, size))
-    assert np.array_equal(sync.params[0], expected), np.abs(sync.params[0] - expected).max()
-    assert received == [piece, piece, piece, 1234] * stats.syncs, received[:8]
-    print("PIECES-OK", stats.syncs, "syncs of", len(received) // stats.syncs, "pieces")
-else:
-    sync.params[0][:] = (np.arange(n, dtype=np.float32) % 89) * rank
-    sync.synchronize(1)
-    sync.stop()
-"""
-
-
 @pytest.mark.one_mpi
 def test_server_messages_go_in_the_across_hosts_piece(cluster):
     """asgd with its server on h0 and workers on both hosts: the model
     messages go in 32k-element pieces (psgd/pieces.py), and the center is
     the sum of the deltas."""
-    r = cluster.mpirun(2, 4, ["-c", SERVER_PIECES])
+    r = cluster.mpirun(2, 4, ["-c", server_pieces_job(pieces.ACROSS_HOSTS_PIECE)])
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert "PIECES-OK 3 syncs of 4 pieces" in r.stdout, r.stdout[-2000:]
 

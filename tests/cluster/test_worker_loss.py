@@ -14,7 +14,9 @@ import time
 
 import pytest
 
+from cluster_util import server_pieces_job
 from launch_util import _mpi_flavour
+from psgd import pieces
 
 pytestmark = [pytest.mark.timeout(240),
               pytest.mark.skipif("Open MPI" not in _mpi_flavour(),
@@ -84,50 +86,19 @@ def test_a_worker_killed_on_the_other_host_and_the_job_goes_on(fresh_cluster, wo
 
 
 
-SURVIVAL_PIECES = """
-import numpy as np
-from mpi4py import MPI
-import psgd
-from psgd import mpi
-
-received = []
-original = mpi.Exchange.irecv_part
-def counting(exchange, source, lo, hi, *args, **kwargs):
-    received.append(hi - lo)
-    return original(exchange, source, lo, hi, *args, **kwargs)
-mpi.Exchange.irecv_part = counting
-
-rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
-n = 3 * 8192 + 100                  # four 32 KiB pieces of float32
-sync = psgd.create("asgd", [np.zeros(n, np.float32)], survive_worker_loss=True)
-assert sync.piece == 8192, sync.piece
-if sync.role == "server":
-    stats = sync.run()
-    # integer-valued deltas: the center is their sum in any order
-    expected = sum((np.arange(n, dtype=np.float32) % 89) * k for k in range(1, size))
-    assert np.array_equal(sync.params[0], expected), np.abs(sync.params[0] - expected).max()
-    assert received == [8192, 8192, 8192, 100] * stats.syncs, received[:8]
-    print("SURVIVAL-PIECES-OK", stats.syncs, "syncs")
-else:
-    sync.params[0][:] = (np.arange(n, dtype=np.float32) % 89) * rank
-    sync.synchronize(1)
-    sync.stop()
-sync.close()
-"""
-
-
 def test_a_job_that_survives_a_worker_sends_eagerly_across_hosts(fresh_cluster, workdir):
     """With survive_worker_loss, asgd's model messages across hosts go in
     32 KiB pieces (its 128 KiB piece otherwise), under Open MPI's TCP eager
     limit: a rendezvous receive from a worker killed mid-message deadlocked
     the server inside ob1 in 2 runs of 24 under load (psgd/pieces.py)."""
-    cmd = fresh_cluster.mpirun_command(2, 4, ["-c", SURVIVAL_PIECES])
+    cmd = fresh_cluster.mpirun_command(2, 4, ["-c", server_pieces_job(
+        pieces.EAGER_PIECE_BYTES // 4, survive_worker_loss=True)])
     at = cmd.index("mpirun") + 1
     cmd[at:at] = ["--with-ft", "ulfm"]
     r = subprocess.run(cmd, capture_output=True, text=True, env=fresh_cluster.job_env(),
                        cwd=str(workdir), stdin=subprocess.DEVNULL, timeout=120)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
-    assert "SURVIVAL-PIECES-OK 3 syncs" in r.stdout, r.stdout[-2000:]
+    assert "PIECES-OK 3 syncs of 4 pieces" in r.stdout, r.stdout[-2000:]
 
 
 def test_the_server_killed_and_every_worker_on_both_hosts_names_it(fresh_cluster, workdir):
