@@ -18,15 +18,12 @@ and ends with the worker's wait for its last, each with one direction of
 the link idle, and smaller pieces shorten both (benchmarks/FINDINGS.md,
 "Servers across hosts: smaller pieces"). easgd's server answers with one
 blocking Sendrecv (`in_pieces = False`): its reply is the center from
-before the update, so the update is already off the worker's path. On one
-host that stays one message each way: in pieces (every piece sent first,
-each updated once sent) its round trip got worse, 1.31x -> 1.58x its floor
-at 1e6, 1.16x -> 1.66x at 1e8. Across hosts one 40 MB message each way
-took 2.1x the link's time at 1 Gb/s (median of 6 syncs, one direction
-after the other in most of them, under MPICH and Open MPI alike), and a
-train of blocking Sendrecvs of EAGER_PIECE_BYTES each 1.07-1.11x: sent
-eagerly, a piece needs no handshake, which 128 KB pieces paid for in every
-Sendrecv (1.9-2.0x under Open MPI). Every rank must use the same piece
+before the update, so the update is already off the worker's path, and on
+one host one message each way measured faster than pieces. Across hosts a
+large message each way mostly moved one direction after the other; a train
+of blocking Sendrecvs of EAGER_PIECE_BYTES keeps both directions busy, and
+an eager piece needs no rendezvous handshake (benchmarks/FINDINGS.md,
+"easgd across hosts: eager pieces"). Every rank must use the same piece
 size (psgd.create checks it).
 
 A job that survives a worker's death (survive_worker_loss, Open MPI's ULFM)
