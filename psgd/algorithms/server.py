@@ -107,8 +107,7 @@ class Server(GivingUp, Algorithm):
         refuse_survival_with_shards(self)
         bounds = shard_bounds(self.buffer.size, self.servers)
         self.shard = bounds[self.node.rank]         # [lo, hi): the elements this rank serves
-        self.piece = pieces.algorithm_piece(self.exchange, self.in_pieces,
-                                            self.survive_worker_loss)
+        self.piece = pieces.algorithm_piece(self.exchange, self.in_pieces, self.survive_worker_loss)
         def part(exchange, lo, hi):     # in pieces where the algorithm says so
             return pieces.server_part(exchange, lo, hi, self.piece)
         self.center_exchange = part(self.exchange, *self.shard)

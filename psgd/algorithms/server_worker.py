@@ -60,8 +60,7 @@ class ServerWorker(Algorithm):
         super().__init__(*args, **kwargs)
         refuse_survival_with_shards(self)
         self.shards = shard_bounds(self.buffer.size, self.servers)   # [(lo, hi)] of each server
-        self.piece = pieces.algorithm_piece(self.exchange, self.in_pieces,
-                                            self.survive_worker_loss)
+        self.piece = pieces.algorithm_piece(self.exchange, self.in_pieces, self.survive_worker_loss)
 
     def initialized(self):
         if self.servers > 1:                # collective with the servers' Split
