@@ -72,9 +72,15 @@ MEDIAN_OF_THREE = ("easgd", "asgd", "masgd")
 # easgd's case is the README's main command (make demo) as typed.
 @pytest.mark.parametrize("algo", ["bsp", "bmuf", "sod", "syncgrad", "easgd", "asgd", "masgd"])
 def test_every_algorithm_at_np_5_is_close_to_one_worker(tmp_path, algo, one_worker):
-    runs = [final_accuracy(tmp_path, 5, "--algo", algo)
-            for _ in range(3 if algo in MEDIAN_OF_THREE else 1)]
-    assert statistics.median(runs) >= one_worker - MAX_GAP[algo], runs
+    floor = one_worker - MAX_GAP[algo]
+    runs = [final_accuracy(tmp_path, 5, "--algo", algo)]
+    if algo in MEDIAN_OF_THREE:
+        # the median of three is above the floor when two of them are: a
+        # third run only decides where the first two disagree (CI time)
+        runs.append(final_accuracy(tmp_path, 5, "--algo", algo))
+        if (runs[0] >= floor) != (runs[1] >= floor):
+            runs.append(final_accuracy(tmp_path, 5, "--algo", algo))
+    assert statistics.median(runs) >= floor, runs
 
 
 # 1-bit needs a warm-up (docs/algorithms.md, compression_start): at np 3

@@ -15,6 +15,7 @@ pytestmark = pytest.mark.timeout(300)
 QUICK = ["--model", "mlp", "--hidden", "64", "--num-samples", "1000"]
 
 
+@pytest.mark.one_mpi
 def test_outputs_metrics_model_and_kaldi_log_lines(tmp_path):
     out, metrics, plot = (str(tmp_path / n) for n in ("m.npz", "m.jsonl", "c.png"))
     r = psgd_train(3, "--algo", "bsp", "--epochs", "2", *QUICK, "--out", out,
@@ -50,6 +51,7 @@ def test_without_a_held_out_set_the_epoch_line_says_so(tmp_path):
     assert len(epoch) == 1 and "no held-out set" in epoch[0] and "nan" not in epoch[0], epoch
 
 
+@pytest.mark.one_mpi
 def test_cross_validate_a_saved_model(tmp_path):
     out = str(tmp_path / "m.npz")
     assert psgd_train(2, "--epochs", "1", *QUICK, "--out", out).returncode == 0

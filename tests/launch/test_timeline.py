@@ -53,6 +53,7 @@ def test_a_trace_with_a_track_per_rank_and_the_straggler_named(tmp_path, algo):
     assert "straggler: rank" in summary.stdout
 
 
+@pytest.mark.one_mpi
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("algo", ["bmuf", "easgd"])
 def test_a_rank_slowed_by_30_percent_in_compute_is_named(tmp_path, driver, algo):
@@ -82,6 +83,7 @@ def test_a_job_killed_after_a_checkpoint_leaves_its_trace(tmp_path, driver):
     assert epochs == {0, 1}
 
 
+@pytest.mark.one_mpi
 @pytest.mark.timeout(120)
 def test_resume_goes_on_writing_the_trace(tmp_path):
     path, ck = tmp_path / "t.json", str(tmp_path / "ck")
@@ -97,6 +99,7 @@ def test_resume_goes_on_writing_the_trace(tmp_path):
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("name, needle", [("", "is a directory"),
                                          ("t.png", "unknown format 'png'")])
+@pytest.mark.one_mpi
 def test_a_trace_path_that_cannot_be_written_fails_first(tmp_path, name, needle):
     result = psgd_train(2, "--algo", "bsp", *QUICK, "--timeline", str(tmp_path / name))
     assert_clean_failure(result, "--timeline %s" % (tmp_path / name))
@@ -104,6 +107,7 @@ def test_a_trace_path_that_cannot_be_written_fails_first(tmp_path, name, needle)
     assert "epoch 1" not in result.stderr + result.stdout
 
 
+@pytest.mark.one_mpi
 @pytest.mark.timeout(60)
 def test_resume_refuses_a_trace_it_cannot_go_on_with(tmp_path):
     path, ck = tmp_path / "t.json", str(tmp_path / "ck")

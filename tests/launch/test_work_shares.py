@@ -51,6 +51,7 @@ def test_a_slow_worker_takes_less_of_each_epoch(tmp_path, driver, algo):
     assert named and all(line.endswith("(rank %d slowest)" % SLOW) for line in named), log
 
 
+@pytest.mark.one_mpi
 @pytest.mark.timeout(180)
 def test_equal_shares_keep_each_worker_on_its_shard(tmp_path, driver):
     steps, rows, log = run(tmp_path, driver, "easgd", "--work-shares", "equal")
@@ -71,6 +72,7 @@ def places(ck, epoch):
     return walked
 
 
+@pytest.mark.one_mpi
 @pytest.mark.timeout(180)
 def test_a_checkpoint_keeps_each_workers_place_and_a_resume_goes_on_from_it(tmp_path, driver):
     ck = str(tmp_path / "ck")
