@@ -96,10 +96,10 @@ def test_resume_goes_on_writing_the_trace(tmp_path):
     assert len([e for e in found if e["name"] == "thread_name"]) == 2
 
 
+@pytest.mark.one_mpi
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("name, needle", [("", "is a directory"),
                                          ("t.png", "unknown format 'png'")])
-@pytest.mark.one_mpi
 def test_a_trace_path_that_cannot_be_written_fails_first(tmp_path, name, needle):
     result = psgd_train(2, "--algo", "bsp", *QUICK, "--timeline", str(tmp_path / name))
     assert_clean_failure(result, "--timeline %s" % (tmp_path / name))
