@@ -42,6 +42,18 @@ def alone_in_slurm(size):
 
 
 def main(argv=None):
+    code = _main(argv)
+    if survival.LOST:
+        # Open MPI's MPI_Finalize waits for ever for ranks that died (its
+        # PMIx fence), whether the job then ends well or with an error that
+        # every live rank has said: its lines and files are all out
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _main(argv):
     agreement.abort_on_error()
     warnings.showwarning = _one_line_warnings
     alone = alone_in_slurm(MPI.COMM_WORLD.Get_size())
@@ -67,12 +79,6 @@ def main(argv=None):
         agreement.abort(2)
     except KeyboardInterrupt:
         MPI.COMM_WORLD.Abort(130)
-    if survival.LOST:
-        # Open MPI's MPI_Finalize waits for ever for ranks that died on
-        # another host (its PMIx fence): the job's work is all written
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
     return 0
 
 
