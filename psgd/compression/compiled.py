@@ -1,10 +1,8 @@
-"""The quantizers' passes compiled with Numba, where it is installed: an
-encode or decode reads and writes each element once or twice while it is
-in cache, where the NumPy passes (one_bit.py, quantizers.py) make 10-20
-trips through a block. The same wire bytes and residuals as the NumPy
-passes, except 1bit's block means: summed here in vector lanes, there
-pairwise, so a mean may differ in its last bits (every rank still decodes
-the same bytes). Single-threaded: the ranks own the cores. Used for
+"""bf16's and fp16's passes compiled with Numba, where it is installed (1bit's
+are in one_bit_loops.py): an encode or decode reads and writes each
+element once or twice while it is in cache, where the NumPy passes
+(quantizers.py) make 10-20 trips through a block. The same wire bytes and
+residuals as the NumPy passes. Single-threaded: the ranks own the cores. Used for
 stripes of at least jit.MIN_SIZE elements (psgd/jit.py).
 
 Each inner loop is a function of its own over a slice: LLVM vectorizes
@@ -13,82 +11,6 @@ those, and did not vectorize the same loops nested in the block loop
 import numpy as np
 
 from .. import jit
-
-
-# 1bit -----------------------------------------------------------------------------
-
-def _pack_signs(v, bits):
-    """bits <- v >= 0, eight to a byte, first element in the lowest bit."""
-    whole = v.size >> 3
-    for j in range(whole):
-        byte = 0
-        for t in range(8):
-            byte |= (v[8 * j + t] >= 0) << t
-        bits[j] = byte
-    if whole * 8 < v.size:
-        byte = 0
-        for t in range(v.size - whole * 8):
-            byte |= (v[8 * whole + t] >= 0) << t
-        bits[whole] = byte
-
-
-def _class_sums(v):
-    """(sum, sum of the non-negative, their count): an inf or NaN makes the
-    sum, so a mean, non-finite (max() would drop a NaN from the second)."""
-    total, up, ones = 0.0, 0.0, 0
-    for i in range(v.size):
-        x = v[i]
-        total += x
-        up += max(x, 0.0)
-        ones += x >= 0
-    return total, up, ones
-
-
-def _subtract_means(v, high, low):
-    for i in range(v.size):
-        x = v[i]
-        v[i] = x - (high if x >= 0 else low)
-
-
-def one_bit_encode(u, bits, means, block, step):
-    """bits <- u >= 0 packed; means[k] <- (mean of the non-negative, mean of
-    the negative) of block k, as float32; u <- u - D(Q(u))."""
-    n = u.size
-    for lo in range(0, n, step):
-        hi = min(lo + step, n)
-        _pack_signs(u[lo:hi], bits[lo >> 3:(hi + 7) >> 3])
-        for a in range(lo, hi, block):
-            b = min(a + block, hi)
-            total, up, ones = _class_sums(u[a:b])
-            k = a // block
-            means[k, 0] = up / max(ones, 1)
-            means[k, 1] = (total - up) / max(b - a - ones, 1)
-            _subtract_means(u[a:b], means[k, 0], means[k, 1])
-
-
-def _place_means(bits, first, v, high, low, add):
-    """v[i] <- (or +=) high where bit first + i is set, else low: a byte at
-    a time where the block starts on a byte (the loops vectorize)."""
-    start = 0
-    if first & 7 == 0:
-        start = v.size & ~7
-        base = first >> 3
-        if add:
-            for i in range(start):
-                v[i] += high if (bits[base + (i >> 3)] >> (i & 7)) & 1 else low
-        else:
-            for i in range(start):
-                v[i] = high if (bits[base + (i >> 3)] >> (i & 7)) & 1 else low
-    for i in range(start, v.size):
-        j = first + i
-        m = high if (bits[j >> 3] >> (j & 7)) & 1 else low
-        v[i] = v[i] + m if add else m
-
-
-def one_bit_decode(bits, means, out, add, block):
-    for a in range(0, out.size, block):
-        k = a // block
-        _place_means(bits, a, out[a:a + block], means[k, 0], means[k, 1], add)
 
 
 # bf16 and fp16 ------------------------------------------------------------------------
@@ -173,10 +95,7 @@ def fp16_decode(half, out, add):
         out[i] = out[i] + v if add else v
 
 
-# reassoc lets 1bit's block sums vectorize; nnan/ninf would drop the
-# finiteness checks (so not fastmath=True)
-LOOPS = jit.Loops(globals(), ("_pack_signs", "_class_sums", "_subtract_means", "_place_means",
-                              "_to_half", "_from_half", "_half_bits", "_subtract_halves",
-                              "one_bit_encode", "one_bit_decode",
+# nnan/ninf would drop the finiteness checks (so not fastmath=True)
+LOOPS = jit.Loops(globals(), ("_to_half", "_from_half", "_half_bits", "_subtract_halves",
                               "bf16_encode", "bf16_decode", "fp16_encode", "fp16_decode"),
                   fastmath={"reassoc", "contract"})

@@ -12,7 +12,7 @@ means: an inf or NaN input makes its block's sum, so its mean, non-finite.
 import numpy as np
 
 from ..kernels import BLOCK
-from . import compiled
+from . import one_bit_loops
 from .scratch import Scratch
 
 # NumPy 2's popcount; setup.py allows NumPy 1.22, which counts the bools
@@ -60,8 +60,8 @@ class OneBit:
     def encode(self, u, wire):
         """Q(u) into wire, u <- u - D(Q(u)); False when a value is not finite."""
         bits, means = self._parts(wire, u.size)
-        if compiled.LOOPS.ready(u.size):
-            compiled.one_bit_encode(u, bits, means, self.block, self.step)
+        if one_bit_loops.LOOPS.ready(u.size):
+            one_bit_loops.one_bit_encode(u, bits, means, self.block, self.step)
             return bool(np.isfinite(means).all())
         s = _Scratch(self.scratch, min(u.size, self.step), u.dtype)
         with np.errstate(over="ignore", invalid="ignore"):
@@ -101,8 +101,8 @@ class OneBit:
 
     def decode(self, wire, out, add=False):
         bits, means = self._parts(wire, out.size)
-        if compiled.LOOPS.ready(out.size):
-            compiled.one_bit_decode(bits, means, out, add, self.block)
+        if one_bit_loops.LOOPS.ready(out.size):
+            one_bit_loops.one_bit_decode(bits, means, out, add, self.block)
             return
         s = _Scratch(self.scratch, min(out.size, self.step), out.dtype)
         for lo in range(0, out.size, self.step):

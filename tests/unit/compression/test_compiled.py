@@ -127,14 +127,14 @@ def test_the_same_verdict_on_values_the_format_cannot_hold(kind, bad, halves, se
 
 @pytest.mark.parametrize("accel", ["numpy", "numexpr"])
 def test_accel_numpy_keeps_the_numpy_passes(accel, setting, monkeypatch):
-    from psgd.compression import compiled
-    monkeypatch.setattr(compiled, "one_bit_encode", None)   # would raise if called
+    from psgd.compression import one_bit_loops
+    monkeypatch.setattr(one_bit_loops, "one_bit_encode", None)   # would raise if called
     run("1bit", np.ones(100, np.float32), 512, setting, accel)
 
 
 def test_small_stripes_keep_the_numpy_passes(setting, monkeypatch):
     from psgd import jit
-    from psgd.compression import compiled
+    from psgd.compression import one_bit_loops
     monkeypatch.setattr(jit, "MIN_SIZE", 1000)
-    monkeypatch.setattr(compiled, "one_bit_encode", None)
+    monkeypatch.setattr(one_bit_loops, "one_bit_encode", None)
     run("1bit", np.ones(999, np.float32), 512, setting, "auto")
