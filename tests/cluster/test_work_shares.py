@@ -70,11 +70,14 @@ def test_asgd_divides_by_the_workers_summed_pace(workdir):
         assert result.returncode == 0, result.stderr[-3000:]
         gains = re.findall(r"epoch (\d): asgd's gain on a delta 1/([\d.]+) \(the workers' "
                            r"summed pace\)", result.stdout + result.stderr)
-        assert [int(e) for e, _ in gains] == [2, 3], (result.stdout + result.stderr)[-3000:]
         # epoch 2 reads the equal first epoch, where all of h2's shard
         # crossed its link; epoch 3 reads a share of about 100 examples
-        # that syncs once, so its pace swings (FINDINGS has the readings)
+        # that syncs once, so its pace swings (FINDINGS has the readings),
+        # and a pace within 5% of N is not logged (data_parallel.PACE_NOTED)
+        # (a run of 2026-12-02 gave h2 8 examples in epoch 3, and the
+        # summed pace it read came within 5% of N: no line)
+        assert [int(e) for e, _ in gains][:1] == [2], (result.stdout + result.stderr)[-3000:]
         assert 1.0 < float(gains[0][1]) < 2.6, gains
-        assert float(gains[1][1]) > 1.0, gains
+        assert all(float(g) > 1.0 for e, g in gains[1:]), gains
     finally:
         cluster.down()
