@@ -1,6 +1,7 @@
-"""1bit's encode and decode compiled with Numba, where it is installed: per
-block, one pass that sums it (bringing it into L1) and, while it is there,
-its signs packed and its residual; the decode one pass of stores.
+"""1bit's encode and decode compiled with Numba, where it is installed: the
+encode packs a pass's signs, then per block sums its two classes, counts
+its ones off the packed bytes and updates its residual while the block is
+in L1; the decode is one pass of stores.
 
 A sign byte is eight lanes compared at once (LLVM's fcmp on a vector of
 eight, a movmsk on x86) and a byte of means is eight lanes selected at
