@@ -247,14 +247,14 @@ def _packing_headline(pack):
     rows = [r for r in pack if r.get("passes") == "compiled"]
     if not rows:
         return []
-    worst = {k: max(rows, key=lambda r: r[k] / r["memcpy"]) for k in ("encode", "decode")}
-    return ["packing at %s, compiled passes, against a memcpy of the buffer (goal 1.5x): "
-            "encode at most %.2fx (%s at %s), decode at most %.2fx (%s at %s)" % (
-                " and ".join(common.fmt_size(n) for n in sorted({r["size"] for r in rows})),
-                worst["encode"]["encode"] / worst["encode"]["memcpy"], worst["encode"]["kind"],
-                common.fmt_size(worst["encode"]["size"]),
-                worst["decode"]["decode"] / worst["decode"]["memcpy"], worst["decode"]["kind"],
-                common.fmt_size(worst["decode"]["size"]))]
+    worst = []
+    for k in ("encode", "decode"):
+        r = max(rows, key=lambda row: row[k] / row["memcpy"])
+        worst.append("%s at most %.2fx (%s at %s)" % (k, r[k] / r["memcpy"], r["kind"],
+                                                       common.fmt_size(r["size"])))
+    sizes = " and ".join(common.fmt_size(n) for n in sorted({r["size"] for r in rows}))
+    return ["packing at %s, compiled passes, against a memcpy of the buffer (goal 1.5x): %s"
+            % (sizes, ", ".join(worst))]
 
 
 def main():
