@@ -22,21 +22,27 @@ def add_scaled_difference(e, w, s, weight):
         e[i] += (w[i] - s[i]) * weight
 
 
-def bmuf_update(w, w_g, D, keep, zeta, look, s, plus):
+def bmuf_update(w, w_g, D, keep, zeta, look):
     for i in range(w.size):
-        x = w[i] + s[i] if plus else w[i]
-        d = D[i] * keep + (x - w_g[i]) * zeta
+        d = D[i] * keep + (w[i] - w_g[i]) * zeta
         g = w_g[i] + d
         D[i] = d
         w_g[i] = g
         w[i] = d * look + g
 
 
-def bmuf_contribution(e, s, w, w_g, D, start, weight):
+def bmuf_contribution(e, w, w_g, D, start, weight):
     for i in range(e.size):
-        si = D[i] * start + w_g[i]
-        s[i] = si
-        e[i] += (w[i] - si) * weight
+        e[i] += (w[i] - (D[i] * start + w_g[i])) * weight
+
+
+def bmuf_update_delta(w, w_g, D, eta, zeta, look, nesterov):
+    for i in range(w.size):
+        d = D[i] * eta + w[i] * zeta
+        g = w_g[i] + d
+        D[i] = d
+        w_g[i] = g
+        w[i] = d * look + g if nesterov else g
 
 
 def bmuf_share(e, share, w, w_g, D, start, weight, eta, zeta):
@@ -62,7 +68,7 @@ def momentum_step(x, v, d, m, alpha):
 
 
 LOOPS = jit.Loops(globals(), ("lerp", "axpy", "add_scaled_difference", "bmuf_update",
-                              "bmuf_contribution", "bmuf_share",
+                              "bmuf_contribution", "bmuf_update_delta", "bmuf_share",
                               "bmuf_apply", "momentum_step"))
 
 

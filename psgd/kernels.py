@@ -127,9 +127,8 @@ def add_scaled_difference(e, w, s, weight):
     return e
 
 
-def bmuf_update(w, w_g, D, eta, zeta, nesterov, start=None, plus=None):
-    """Given w = the sample-weighted mean of the workers' models (with
-    `plus`: w + plus, added in the same pass), with the
+def bmuf_update(w, w_g, D, eta, zeta, nesterov, start=None):
+    """Given w = the sample-weighted mean of the workers' models, with the
     block having started from  s = w_g + start * D  (`start`: by default
     the look-ahead, eta under Nesterov, else 0; 0 after a round ended on w_g):
         G   = w - s                     the mean block delta
@@ -142,13 +141,9 @@ def bmuf_update(w, w_g, D, eta, zeta, nesterov, start=None, plus=None):
     look = eta if nesterov else 0.0
     start = look if start is None else start
     keep, zeta, look = t(eta - zeta * start), t(zeta), t(look)
-    if kernel_loops.ready(w, w_g, D, w if plus is None else plus):
-        kernel_loops.bmuf_update(w, w_g, D, keep, zeta, look, w if plus is None else plus,
-                                 plus is not None)
+    if kernel_loops.ready(w, w_g, D):
+        kernel_loops.bmuf_update(w, w_g, D, keep, zeta, look)
         return w
-    if plus is not None and (_on_gpu(w) or _use_numexpr(w)):
-        w += plus
-        plus = None
     if _on_gpu(w):
         _kernel("bmuf", "T keep, T zeta, T look", "T w, T wg, T d",
                 "T nd = keep * d + zeta * (w - wg); T ng = wg + nd;"
@@ -161,8 +156,6 @@ def bmuf_update(w, w_g, D, eta, zeta, nesterov, start=None, plus=None):
     else:
         for s in _blocks(w, w_g, D):
             ws, gs, ds = w[s], w_g[s], D[s]
-            if plus is not None:
-                ws += plus[s]
             ws -= gs
             if zeta != 1:
                 ws *= zeta
@@ -174,24 +167,51 @@ def bmuf_update(w, w_g, D, eta, zeta, nesterov, start=None, plus=None):
     return w
 
 
-def bmuf_contribution(e, s, w, w_g, D, start, weight):
+def bmuf_contribution(e, w, w_g, D, start, weight):
     """bmuf's compressed sync under the contract's global momentum, before
-    the sum, in one pass: the block's start point
-    s <- w_g + start * D, and e_k <- e_k + weight * (w - s). The separate
-    passes' ops in the same order: the same bits."""
+    the sum, in one pass: e_k <- e_k + weight * (w - s), the block's start
+    point s = w_g + start * D made on the way and never stored (the filter
+    after the sum takes G itself: bmuf_update_delta)."""
     t = e.dtype.type
     start, weight = t(start), t(weight)
-    if kernel_loops.ready(e, s, w, w_g, D):
-        kernel_loops.bmuf_contribution(e, s, w, w_g, D, start, weight)
+    if kernel_loops.ready(e, w, w_g, D):
+        kernel_loops.bmuf_contribution(e, w, w_g, D, start, weight)
         return
 
-    def step(e, s, w, w_g, D):
-        np.multiply(D, start, out=s)
-        s += w_g
-        c = np.subtract(w, s)
+    def step(e, w, w_g, D):
+        c = np.multiply(D, start)
+        c += w_g
+        np.subtract(w, c, out=c)
         c *= weight
         e += c
-    blockwise(step, e, s, w, w_g, D)
+    blockwise(step, e, w, w_g, D)
+
+
+def bmuf_update_delta(w, w_g, D, eta, zeta, look=None):
+    """bmuf's filter on the compressed sum, given w = G (the mean block
+    delta, as the contract's global momentum uses it), in place, in one pass:
+        D   <- eta * D + zeta * G
+        w_g <- w_g + D
+        w   <- w_g + look * D  (Nesterov's look-ahead)  or  w_g  (look None)
+    bmuf_update on s + G would round G to the model's precision first."""
+    t = w.dtype.type
+    eta, zeta = t(eta), t(zeta)
+    if kernel_loops.ready(w, w_g, D):
+        kernel_loops.bmuf_update_delta(w, w_g, D, eta, zeta, t(look or 0), look is not None)
+        return
+
+    def step(w, w_g, D):
+        D *= eta
+        if zeta != 1:
+            w *= zeta
+        D += w
+        w_g += D
+        if look is None:
+            w[...] = w_g
+        else:
+            np.multiply(D, t(look), out=w)
+            w += w_g
+    blockwise(step, w, w_g, D)
 
 
 def bmuf_share(e, share, w, w_g, D, start, weight, eta, zeta):

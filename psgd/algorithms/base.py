@@ -353,16 +353,17 @@ class CollectiveWorker(compressed.Compressing, Algorithm):
 
     def _compressed_average(self, weight, then):
         """w <- s + G, G the compressed sum of c_k = weight * (w_k - s)."""
-        w, s = self.buffer.data, self.compressed.scratch
-        self.start_point(s)
+        w, s = self.buffer.data, self.start_point()
         self.compressed.add_delta(w, s, weight)
         self.compressed.sum(w, self.syncs)
         w += s
         if then:
             then(0, w.size)
 
-    def start_point(self, out):
-        """out <- s, the model every rank started this block from."""
+    def start_point(self):
+        """An array holding s, the model every rank started this block from:
+        the algorithm's own where it keeps s (read, never written), else made
+        in the compression's scratch."""
         raise NotImplementedError
 
     def update(self, n_k, n, active):

@@ -77,22 +77,22 @@ class Bmuf(compressed.MomentumShares, CollectiveWorker):
         self.average(n_k, n, active, then=self._filter)
         self.start = self.block_momentum if self.nesterov else 0.0   # the look-ahead
 
-    def _filter(self, lo, hi, plus=None):
+    def _filter(self, lo, hi):
         kernels.bmuf_update(self.buffer.data[lo:hi], self.global_model.data[lo:hi],
                             self.block_momentum_buffer.data[lo:hi],
-                            self.block_momentum, self.block_lr, self.nesterov, self.start,
-                            plus)
+                            self.block_momentum, self.block_lr, self.nesterov, self.start)
 
     def _compressed_average(self, weight, then):
         if self.shares_momentum:
             super()._compressed_average(weight, then)
             return
-        # base's passes, fused: s and e_k += c_k in one, w = s + G and the filter in one
-        w, s = self.buffer.data, self.compressed.scratch
-        kernels.bmuf_contribution(self.compressed.residual, s, w, self.global_model.data,
-                                  self.block_momentum_buffer.data, self.start, weight)
+        # e_k += c_k in one pass, then the filter on G itself (the contract's
+        # D <- eta D + zeta G) in one: s is never stored, nor G rounded to s + G
+        w, w_g, D = self.buffer.data, self.global_model.data, self.block_momentum_buffer.data
+        kernels.bmuf_contribution(self.compressed.residual, w, w_g, D, self.start, weight)
         self.compressed.sum(w, self.syncs)
-        self._filter(0, w.size, plus=s)
+        kernels.bmuf_update_delta(w, w_g, D, self.block_momentum, self.block_lr,
+                                  self.block_momentum if self.nesterov else None)
 
     def _feed_share(self, weight):
         # D_k <- eta D_k + zeta c_k;  e_k += D_k   (one pass, c_k never stored)
@@ -114,10 +114,12 @@ class Bmuf(compressed.MomentumShares, CollectiveWorker):
         kernels.axpy(share, self.block_lr, self.contribution(weight))
         return share
 
-    def start_point(self, out):
-        """s = w_g + start * D."""
-        out[...] = self.global_model.data
-        kernels.axpy(out, self.start, self.block_momentum_buffer.data)
+    def start_point(self):
+        """s = w_g + start * D, made in the compression's scratch."""
+        s = self.compressed.scratch
+        s[...] = self.global_model.data
+        kernels.axpy(s, self.start, self.block_momentum_buffer.data)
+        return s
 
     def finish(self):
         self.buffer.data[...] = self.global_model.data

@@ -35,8 +35,8 @@ class Bsp(CollectiveWorker):
         self.average(n_k, n, active, uniform=self.uniform_weights)
         self.restart()
 
-    def start_point(self, out):
-        out[...] = self.start_model.data
+    def start_point(self):
+        return self.start_model.data
 
     def state_dict(self):
         state = self.compression_state()

@@ -97,10 +97,8 @@ class MomentumShares(LocalMomentum):
         self.compressed.add(self._share_step(weight))
 
     def contribution(self, weight):
-        """c_k = weight (w - s), in the start point's scratch."""
-        c = self.compressed.scratch
-        self.start_point(c)
-        np.subtract(self.buffer.data, c, out=c)
+        """c_k = weight (w - s), in the compression's scratch."""
+        c = np.subtract(self.buffer.data, self.start_point(), out=self.compressed.scratch)
         c *= weight
         return c
 
@@ -120,7 +118,8 @@ RANGES = {"fp16": "fp16's range (|x| <= 65504)", "bf16": "bf16's range (float32'
 class Compression:
     """One collective worker's compressed sums of its flat buffer: the
     striped exchange (in two levels across hosts: two_level.py), its
-    residuals, and a scratch for the start point (each allocated once).
+    residuals, and a scratch for a contribution or a start point the
+    algorithm does not keep (each allocated once).
     split() cuts it into independent sums of consecutive ranges (psgd.torch's
     buckets), each with its own stripes and residuals."""
 
@@ -156,8 +155,9 @@ class Compression:
 
     @property
     def scratch(self):
-        """A model-sized array for the start point s, allocated at its first
-        use (syncgrad never needs one)."""
+        """A model-sized array for a contribution c_k or bmuf's start point,
+        allocated at its first use: the momentum shares' (compression_momentum
+        = local); bsp, syncgrad and the global momentum need none."""
         if self._scratch is None:
             self._scratch = self._xp.zeros_like(self.residual)
         return self._scratch

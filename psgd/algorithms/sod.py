@@ -96,8 +96,8 @@ class Sod(compressed.MomentumShares, CollectiveWorker):
         kernels.blockwise(self._update, self.buffer.data[lo:hi],
                           self.global_model.data[lo:hi], *state)
 
-    def start_point(self, out):
-        out[...] = self.global_model.data
+    def start_point(self):
+        return self.global_model.data
 
     def _apply_shared_sum(self):
         w, w_g = self.buffer.data, self.global_model.data

@@ -26,9 +26,9 @@ UPDATES = {
     "bmuf_update": (3, lambda a: kernels.bmuf_update(a[0], a[1], a[2], 0.9, 0.8, True, 0.3)),
     "bmuf_update/zeta 1": (3, lambda a: kernels.bmuf_update(a[0], a[1], a[2], 0.5, 1.0, False)),
     "momentum_step": (3, lambda a: kernels.momentum_step(a[0], a[1], a[2], 0.9, 0.1)),
-    "bmuf_contribution": (5, lambda a: kernels.bmuf_contribution(*a, 0.5, 0.25)),
-    "bmuf_update/plus": (4, lambda a: kernels.bmuf_update(a[0], a[2], a[3], 0.9, 0.8, True,
-                                                          0.3, plus=a[1])),
+    "bmuf_contribution": (4, lambda a: kernels.bmuf_contribution(*a, 0.5, 0.25)),
+    "bmuf_update_delta": (3, lambda a: kernels.bmuf_update_delta(*a, 0.9, 0.8, 0.9)),
+    "bmuf_update_delta/no look-ahead": (3, lambda a: kernels.bmuf_update_delta(*a, 0.5, 1.0)),
     "bmuf_share": (5, lambda a: kernels.bmuf_share(*a, 0.5, 0.25, 0.5, 0.8)),
     "bmuf_share/zeta 1": (5, lambda a: kernels.bmuf_share(*a, 0.0, 0.25, 0.5, 1.0)),
     "bmuf_apply": (3, lambda a: kernels.bmuf_apply(a[0], a[1], a[2], 0.5)),
@@ -78,7 +78,7 @@ def test_device_arrays_take_the_kernels_own_path(setting, sim):
     setting("PSGD_ACCEL", "auto")
     n = jit.MIN_SIZE
     rng = np.random.default_rng(1)
-    host = [rng.standard_normal(n).astype(np.float32) for _ in range(5)]
+    host = [rng.standard_normal(n).astype(np.float32) for _ in range(4)]
     assert kernel_loops.ready(*host)
     device = [sim.asarray(a) for a in host]
     assert not kernel_loops.ready(*device)

@@ -71,26 +71,49 @@ def test_bmuf_share_gives_the_separate_passes_bits(shape, start, zeta):
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("start", [0.5, 0.0, 1.0])
 def test_bmuf_contribution_gives_the_separate_passes_bits(shape, start):
-    """The start point and the error feedback's contribution (the contract's
-    global momentum) in one pass: the bits of start_point + add_delta."""
-    e, s, w, w_g, D = arrays(shape, np.float32, 5)
+    """The error feedback's contribution (the contract's global momentum) in
+    one pass, the start point made on the way: the bits of start_point +
+    add_delta, and nothing else written."""
+    e, w, w_g, D = arrays(shape, np.float32, 4)
     w_g.flat[:2] = [-0.0, np.nan][:w_g.size]
-    want_s = w_g.copy()
-    want_s += D * np.float32(start)
-    want_e = e + (w - want_s) * np.float32(0.25)
-    kernels.bmuf_contribution(e, s, w, w_g, D, start, 0.25)
-    assert bits(s) == bits(want_s) and bits(e) == bits(want_e)
+    s = w_g.copy()
+    s += D * np.float32(start)
+    want_e = e + (w - s) * np.float32(0.25)
+    before = [bits(a) for a in (w, w_g, D)]
+    kernels.bmuf_contribution(e, w, w_g, D, start, 0.25)
+    assert bits(e) == bits(want_e)
+    assert [bits(a) for a in (w, w_g, D)] == before
 
 
 @pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("look,zeta", [(0.75, 0.8), (0.75, 1.0), (None, 1.3)])
+def test_bmuf_update_delta_is_the_filter_on_g(shape, look, zeta):
+    """D <- eta D + zeta G, w_g <- w_g + D, w <- w_g + look D (or w_g):
+    the separate passes' bits, signed zeros and infinities too."""
+    G, w_g, D = arrays(shape, np.float32, 3)
+    G.flat[:2] = [np.inf, -0.0][:G.size]
+    t = np.float32
+    want_D = D * t(0.75) + G * t(zeta)
+    want_g = w_g + want_D
+    want_w = want_g if look is None else want_D * t(look) + want_g
+    kernels.bmuf_update_delta(G, w_g, D, 0.75, zeta, look)
+    assert bits(D) == bits(want_D) and bits(w_g) == bits(want_g) and bits(G) == bits(want_w)
+
+
 @pytest.mark.parametrize("nesterov", [True, False])
-def test_bmuf_update_plus_gives_w_plus_s_then_the_filter(shape, nesterov):
-    w, s, w_g, D = arrays(shape, np.float32, 4)
-    s.flat[:1] = [np.inf][:s.size]
-    w2, g2, d2 = w + s, w_g.copy(), D.copy()
-    kernels.bmuf_update(w2, g2, d2, 0.75, 0.8, nesterov, 0.3)
-    kernels.bmuf_update(w, w_g, D, 0.75, 0.8, nesterov, 0.3, plus=s)
-    assert bits(w) == bits(w2) and bits(w_g) == bits(g2) and bits(D) == bits(d2)
+def test_bmuf_update_delta_keeps_g_that_s_plus_g_rounds_away(nesterov):
+    """The filter on the mean model w = s + G sees G only to the model's
+    precision; on G itself it keeps every digit: a delta far below the
+    weights' last place still moves the momentum."""
+    w_g = np.full(8, 1000.0, np.float32)
+    D = np.zeros(8, np.float32)
+    G = np.full(8, 1e-5, np.float32)        # under half of 1000's ulp (6e-5)
+    mean = w_g + G                          # s = w_g (start 0): G is lost here
+    D2 = D.copy()
+    kernels.bmuf_update(mean, w_g.copy(), D2, 0.5, 1.0, nesterov, 0.0)
+    assert not D2.any()
+    kernels.bmuf_update_delta(G, w_g, D, 0.5, 1.0, 0.5 if nesterov else None)
+    assert np.array_equal(D, np.full(8, 1e-5, np.float32))
 
 
 @pytest.mark.parametrize("shape", SHAPES)

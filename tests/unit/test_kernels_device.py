@@ -44,6 +44,18 @@ def test_bmuf_update_on_device_matches_the_host(xp, zeta, nesterov):
         np.testing.assert_allclose(host_copy(got), want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("look", [0.75, None])
+def test_bmuf_compressed_passes_on_device_match_the_host(xp, look):
+    host = [a.copy() for a in _arrays(4)]
+    dev = [xp.asarray(a) for a in host]
+    for arrays in (host, dev):
+        e, w, w_g, D = arrays
+        kernels.bmuf_contribution(e, w, w_g, D, 0.75, 0.25)
+        kernels.bmuf_update_delta(e, w_g, D, 0.75, 0.8, look)
+    for got, want in zip(dev, host):
+        np.testing.assert_allclose(host_copy(got), want, rtol=1e-5, atol=1e-6)
+
+
 def test_momentum_step_on_device_matches_the_host(xp):
     x, v, d = _arrays(3, dtype=np.float64)
     hx, hv = x.copy(), v.copy()
