@@ -205,12 +205,7 @@ def bmuf_update_delta(w, w_g, D, eta, zeta, look=None):
         if zeta != 1:
             w *= zeta
         D += w
-        w_g += D
-        if look is None:
-            w[...] = w_g
-        else:
-            np.multiply(D, t(look), out=w)
-            w += w_g
+        _apply_step(w, w_g, D, look)
     blockwise(step, w, w_g, D)
 
 
@@ -246,15 +241,17 @@ def bmuf_apply(w, w_g, D, look=None):
     if kernel_loops.ready(w, w_g, D):
         kernel_loops.bmuf_apply(w, w_g, D, t(look or 0), look is not None)
         return
+    blockwise(lambda w, w_g, D: _apply_step(w, w_g, D, look), w, w_g, D)
 
-    def step(w, w_g, D):
-        w_g += D
-        if look is None:
-            w[...] = w_g
-        else:
-            np.multiply(D, t(look), out=w)
-            w += w_g
-    blockwise(step, w, w_g, D)
+
+def _apply_step(w, w_g, D, look):
+    """w_g <- w_g + D;  w <- w_g + look * D, or w_g (look None): NumPy's ops."""
+    w_g += D
+    if look is None:
+        w[...] = w_g
+    else:
+        np.multiply(D, w.dtype.type(look), out=w)
+        w += w_g
 
 
 def momentum_step(x, v, d, m, alpha):
