@@ -135,6 +135,8 @@ def child(argv):
             shares = dict(trainer_defaults(algo, comm.size, {"compression": kind}), **shares)
             args.blocks = default_sync_period(types.SimpleNamespace(
                 algo=algo, masgd_delayed_nesterov=False, minibatch_size=1), comm.size)
+        if args.mode == "syncgrad_dense":
+            shares["factors"] = False
         sync = psgd.torch.create("syncgrad" if grads else args.mode.split("_")[0], model,
                                  comm=comm, **({"compression": kind} if kind else {}), **shares)
         workers, k = sync.N, comm.rank - (comm.size - sync.N)

@@ -6,14 +6,15 @@ import common
 
 TITLE = "PyTorch: psgd against DistributedDataParallel"
 MODES = ("ddp", "syncgrad", "syncgrad_late", "bmuf", "easgd", "syncgrad_fp16", "syncgrad_1bit",
-         "ddp_fp16", "bmuf_1bit", "syncgrad_1bit_local")
+         "ddp_fp16", "bmuf_1bit", "syncgrad_1bit_local", "syncgrad_dense")
 NAMES = {"ddp": "DDP (gloo)", "syncgrad": "psgd syncgrad", "syncgrad_late":
          "psgd syncgrad, sums after backward", "bmuf": "psgd bmuf", "easgd": "psgd easgd",
          "syncgrad_fp16": "psgd syncgrad, fp16 buckets",
          "syncgrad_1bit": "psgd syncgrad, 1bit buckets",
          "ddp_fp16": "DDP (gloo), fp16 compress hook", "bmuf_1bit": "psgd bmuf, 1bit",
          "sod": "psgd sod", "sod_1bit": "psgd sod, 1bit",
-         "syncgrad_1bit_local": "psgd syncgrad, 1bit, each rank's Adam (lr x sqrt(N))"}
+         "syncgrad_1bit_local": "psgd syncgrad, 1bit, each rank's Adam (lr x sqrt(N))",
+         "syncgrad_dense": "psgd syncgrad, every layer summed (factors=False)"}
 COMPRESSION = {"syncgrad_fp16": "fp16", "syncgrad_1bit": "1bit",      # the mode's compression=
                "bmuf_1bit": "1bit", "sod_1bit": "1bit", "syncgrad_1bit_local": "1bit"}
 

@@ -17,20 +17,17 @@ algorithm exchanges: no copy per step. On the CPU the flat array is NumPy
 DLPack on the same device.
 
 Rank 0's model reaches every rank inside create(). syncgrad averages the
-`.grad` tensors in place before `optimizer.step()`; they live in a second
-flat array, summed in buckets of `bucket_mb` megabytes (psgd/torch_buckets.py)
-that leave while backward still runs when the step's count is known before
-it (DistributedOptimizer). A gradient torch allocated elsewhere
-(model.zero_grad() drops the views) is copied in once. The server
-algorithms (easgd, asgd, masgd) return `sync.role == "server"` on rank 0:
-call `sync.run()` there; rank 0's model then holds the center.
+`.grad` tensors in place before `optimizer.step()`: a second flat array,
+summed in buckets that leave while backward still runs (torch_buckets.py),
+a Linear layer's through its rows across hosts (torch_factors.py). Server
+algorithms: rank 0 serves (`sync.run()`), and its model holds the center.
 """
 import contextlib
 
 import numpy as np
 import torch
 
-from . import agreement, algorithms, mpi
+from . import agreement, algorithms, mpi, torch_factors
 from .algorithms.base import CollectiveWorker
 from .buffers import FlatBuffer
 from .errors import UsageError
@@ -42,7 +39,7 @@ __all__ = ["create", "DistributedOptimizer", "TorchSync"]
 _DTYPES = {torch.float32: np.float32, torch.float64: np.float64}
 
 
-def create(name, model, comm=None, buffers=False, bucket_mb=None, **options):
+def create(name, model, comm=None, buffers=False, bucket_mb=None, factors=None, **options):
     """psgd algorithm `name` over `model`'s parameters, which from now on live in
     psgd's flat buffer. Collective over `comm` (default MPI.COMM_WORLD): a bad
     model on any rank raises the same UsageError on every rank, before any rank
@@ -52,11 +49,13 @@ def create(name, model, comm=None, buffers=False, bucket_mb=None, **options):
     MPI: `exchange` other than mpi is refused with syncgrad. `compression`
     (fp16 | bf16 | 1bit): each bucket is a compressed sum of its own, with
     its own error-feedback residuals; a CUDA model's residuals stay on its
-    GPU, its buckets staged through pinned memory (psgd/compression/device.py)."""
+    GPU, its buckets staged through pinned memory (psgd/compression/device.py).
+    `factors` (syncgrad, torch_factors.py): Linear layers summed through their
+    rows where the ranks span hosts (None), anywhere (True) or never (False)."""
     comm = mpi.communicator(comm)
     error = plan = None
     try:
-        plan = _Plan(name, model, buffers, bucket_mb)
+        plan = _Plan(name, model, buffers, bucket_mb, factors)
         if plan.needs_grads:    # the buckets start MPI's non-blocking sums
             if options.get("exchange") not in (None, "mpi"):
                 raise UsageError("psgd.torch syncgrad sums its buckets through MPI; "
@@ -65,13 +64,13 @@ def create(name, model, comm=None, buffers=False, bucket_mb=None, **options):
     except UsageError as exc:
         error = exc
     agreement.agree(comm, error)
-    # The flat buffers pair tensors by position: a rank whose module lists
-    # the same shapes in another order would be cross-wired without a word.
+    # tensors pair by position: the same shapes in another order would cross-wire
     agreement.check_same(comm, {"parameters": [n for n, _ in plan.params],
                                 "buffers": [n for n, _ in plan.buffers]},
                          "the model (its tensor names, in order)")
     if plan.needs_grads:    # other buckets: sums that do not match
-        agreement.check_same(comm, {"bucket_mb": plan.bucket_bytes / 2 ** 20}, "bucket_mb")
+        agreement.check_same(comm, {"bucket_mb": plan.bucket_bytes / 2 ** 20,
+                                    "factors": factors}, "bucket_mb and factors")
     params = plan.bind(plan.params)
     grads = plan.bind_grads() if plan.needs_grads else None
     stats = plan.bind(plan.buffers) if plan.buffers else None
@@ -85,18 +84,18 @@ def create(name, model, comm=None, buffers=False, bucket_mb=None, **options):
         if bound is not None and flat is not None and not any(
                 a is bound.flat for a in (flat.data, flat.data.base)):  # syncgrad: + tail
             raise RuntimeError("psgd copied the torch tensors instead of adopting them")
-    buckets = None
-    if grads is not None:
-        buckets = Buckets(algorithm, params.names, params.tensors, grads.views,
-                          plan.bucket_bytes,
-                          _recorded_event if plan.device.type == "cuda" else None)
+    buckets = grads and Buckets(
+        algorithm, params.names, params.tensors, grads.views, plan.bucket_bytes,
+        _recorded_event if plan.device.type == "cuda" else None, torch_factors.choose(
+            model, torch.nn.Linear, params.tensors, comm, factors, plan.device,
+            options.get("compression")))
     return TorchSync(algorithm, model, plan, params, grads, stats, buckets)
 
 
 class _Plan:
     """What create() will bind, checked before anything is changed."""
 
-    def __init__(self, name, model, buffers, bucket_mb):
+    def __init__(self, name, model, buffers, bucket_mb, factors):
         if not isinstance(model, torch.nn.Module):
             raise UsageError("psgd.torch.create needs a torch.nn.Module, got %s"
                              % type(model).__name__)
@@ -104,6 +103,7 @@ class _Plan:
         self.needs_grads = cls.needs_grads
         self.grad_tail = cls.grad_tail
         self.bucket_bytes = bucket_bytes(bucket_mb, self.needs_grads)
+        torch_factors.check_option(factors, self.needs_grads)
         self.params = _unique(model.named_parameters())
         if not self.params:
             raise UsageError("the model has no parameters to synchronize")
@@ -283,6 +283,8 @@ class TorchSync(mpi.Closeable):
             raise
 
     def close(self):
+        if self.buckets is not None:    # the hooks off the model
+            self.buckets.close()
         self.algorithm.close()
 
     def run(self):

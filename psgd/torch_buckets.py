@@ -28,6 +28,7 @@ from contextlib import contextmanager
 
 from . import mpi
 from .errors import UsageError
+from .torch_factors import FactorBucket
 
 DEFAULT_BUCKET_MB = 25      # DDP's bucket_cap_mb
 
@@ -81,15 +82,28 @@ class Bucket:
         return self._handle is not None and self._handle.done()
 
 
-def layout(sizes, tail, itemsize, bucket_bytes):
+def layout(sizes, tail, itemsize, bucket_bytes, factored=()):
     """[(lo, hi, members)] of the buckets over tensors of `sizes` elements
     laid out in order, then `tail` elements: from the end, each bucket
-    closed once it holds at least `bucket_bytes` (0: one per tensor)."""
+    closed once it holds at least `bucket_bytes` (0: one per tensor). A
+    tensor in `factored` ({index: the indexes of its bucket}) starts a
+    bucket of its own (a layer summed through its factors: its weight, and
+    its bias behind it), and closes the one behind it."""
     offsets = [0]
     for n in sizes:
         offsets.append(offsets[-1] + n)
     out, hi, members = [], offsets[-1] + tail, []
+    ends = {i: offsets[i + len(m)] for i, m in factored.items()}
+    behind = {k for m in factored.values() for k in m[1:]}     # a factored layer's bias
     for i in reversed(range(len(sizes))):
+        if i in behind:
+            continue
+        if i in ends:
+            if hi > ends[i]:            # what lies behind it (the count, at least)
+                out.append((ends[i], hi, members))
+            out.append((offsets[i], ends[i], factored[i]))
+            hi, members = offsets[i], []
+            continue
         members.append(i)
         if (hi - offsets[i]) * itemsize >= bucket_bytes or i == 0:
             out.append((offsets[i], hi, members))
@@ -100,14 +114,23 @@ def layout(sizes, tail, itemsize, bucket_bytes):
 class Buckets:
     """syncgrad's reducer for a torch model (SyncGrad.reducer)."""
 
-    def __init__(self, algorithm, names, params, views, bucket_bytes, device_event=None):
+    def __init__(self, algorithm, names, params, views, bucket_bytes, device_event=None,
+                 factored=None):
+        """factored: {weight's index: (its Linear module, its bucket's indexes)}
+        of the layers summed through their factors (torch_factors.py)."""
         self.algorithm = algorithm
         self.names, self.params, self.views = names, params, views
         self._device_event = device_event
+        factored = factored or {}
         wire = algorithm.grad_exchange.buffer    # the gradients and the count behind them
-        self.buckets = [Bucket(mpi.exchange_part(algorithm.grad_exchange, lo, hi), lo, hi, m)
-                        for lo, hi, m in layout([p.numel() for p in params], wire.tail,
-                                                wire.dtype.itemsize, bucket_bytes)]
+        self.buckets = []
+        for lo, hi, m in layout([p.numel() for p in params], wire.tail, wire.dtype.itemsize,
+                                bucket_bytes, {i: f[1] for i, f in factored.items()}):
+            bucket = Bucket(mpi.exchange_part(algorithm.grad_exchange, lo, hi), lo, hi, m)
+            if m and m[0] in factored:
+                bucket = FactorBucket(factored[m[0]][0], algorithm.comm, lo, hi, m, bucket)
+            self.buckets.append(bucket)
+        self.factor_buckets = [b for b in self.buckets if isinstance(b, FactorBucket)]
         self._bucket_of = {i: k for k, b in enumerate(self.buckets) for i in b.members}
         if algorithm.compressed is not None:    # each bucket its own residuals
             algorithm.compress_in_parts([(b.lo, b.hi) for b in self.buckets])
@@ -120,6 +143,8 @@ class Buckets:
 
     def _reset(self):
         self._count = None      # the count this step's buckets carry, once armed
+        for bucket in getattr(self, "factor_buckets", ()):
+            bucket.clear()
         self._landed = [False] * len(self.params)
         self._waiting = [len(b.members) for b in self.buckets]
         self._next = 0          # the first bucket not started
@@ -166,6 +191,9 @@ class Buckets:
 
     def _start(self, bucket, now=False):
         self._next += 1
+        if isinstance(bucket, FactorBucket):
+            bucket.start(self.algorithm, here=now)
+            return
         # on a device: the gradients' kernels, queued so far, then the sum
         ready = self._device_event().synchronize if self._device_event is not None else None
         if self.algorithm.compressing():
@@ -198,6 +226,9 @@ class Buckets:
                         self._adopt(i)  # (shares: the buffer holds the step, not the grads)
                 self._start(self.buckets[k], now=True)
                 _waited(self.buckets[k], errors)
+            if not errors:      # G = D^T X / b: after the count's sum
+                for bucket in self.factor_buckets:
+                    bucket.finish(self.algorithm)
         finally:
             self._reset()
         if errors:
@@ -205,6 +236,13 @@ class Buckets:
         if armed is not None and b_k != armed:
             raise UsageError("synchronize(%r) after a backward whose gradients left weighted "
                              "by %r samples (DistributedOptimizer's count)" % (b_k, armed))
+
+    def close(self):
+        """The hooks off the model: it trains on its own again."""
+        for hook in self._hooks:
+            hook.remove()
+        for bucket in self.factor_buckets:
+            bucket.close()
 
     @contextmanager
     def no_sync(self):
@@ -217,6 +255,8 @@ class Buckets:
     def zero_grad(self):
         """Zero every gradient in place (one fill) and point .grad at it."""
         self.algorithm.grad_buffer.data.fill(0)
+        for bucket in self.factor_buckets:
+            bucket.clear()
         for p, view in zip(self.params, self.views):
             p.grad = view
 

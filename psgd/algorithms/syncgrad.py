@@ -165,9 +165,17 @@ class SyncGrad(compressed.LocalMomentum, CollectiveWorker):
         tail[0] = self._b_k
         tail[1] = self._problem is not None
 
+    @property
+    def count(self):
+        """This sync's b_k, as open_sync checked it (0 for a bad one)."""
+        return self._b_k
+
     def fold(self, lo, hi):
         """g[lo:hi] *= b_k: this rank's share of the weighted sum."""
-        g = self._wire[lo:min(hi, self._wire.size + COUNT)]
+        self.share(self._wire[lo:min(hi, self._wire.size + COUNT)])
+
+    def share(self, g):
+        """g *= b_k in place (a reducer's own rows too: psgd/torch_factors.py)."""
         if self._b_k == 0:
             g.fill(0)   # a worker out of data adds nothing, whatever its grads hold
         elif self._b_k != 1:

@@ -13,7 +13,7 @@ import psgd
 
 ROOT = pathlib.Path(psgd.__file__).parent
 ALLOWED = ("algorithms", "buffers", "mpi", "agreement", "errors", "torch_buckets",
-           "torch_optimizer")
+           "torch_optimizer", "torch_factors")
 
 
 def imports(path):

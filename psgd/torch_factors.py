@@ -1,0 +1,266 @@
+"""syncgrad's sum of a Linear layer's weight gradient sent as its factors
+(psgd.torch; no torch import here: the tensors are used through their methods).
+
+A Linear layer's weight gradient is a product: for the rows x_r of its input
+and the rows d_r of the gradient at its output, g = sum_r d_r^T x_r. So the
+ranks need not sum the out x in matrix: each sends its rows, b_k d and x,
+every rank gathers everyone's, and every rank forms the same sum
+
+    G = D^T X,   D = [b_0 d_0; b_1 d_1; ...],  X = [x_0; x_1; ...]
+
+in one matrix product, divided by the summed count afterwards like any other
+range of the gradients (Fixes 8). That is "sufficient factor broadcasting"
+(Xie et al., arXiv 1512.04123; Zhang et al., Poseidon, USENIX ATC 2017).
+Across all hosts' links it moves P * rows * (in + out) numbers where an
+allreduce must move 2 * in * out, whatever the number of hosts: a layer is
+summed this way only while that is smaller (`worth`).
+
+Each rank's slot in the gathered message has room for `capacity` rows and
+opens with [rows, status]. A rank whose rows do not fit sends no rows but
+its count (OVERFLOW); every rank then sees every header, takes the largest
+count as the capacity from the next step on, and sums this step's gradient
+as a plain range (the dense fallback: one more collective, on every rank
+alike). The capacity starts at 0, so the first step learns it. The first
+step that fits is checked: each rank compares the product of its own rows
+with the gradient autograd left in .grad (MISMATCH if they differ: the
+weight is used outside the layer's forward, a hook changed its gradient, or
+.grad was not zeroed); one mismatch anywhere sends the layer back to plain
+sums for good.
+
+Every rank computes G from the same bytes in the same order, so replicas
+stay identical where the ranks run the same BLAS on the same kind of CPU:
+`fingerprint()` is what create() compares before it chooses this path.
+"""
+import os
+import platform
+
+import numpy as np
+from mpi4py import MPI
+
+from . import agreement, mpi, mpi_async
+from .errors import UsageError
+
+ROWS, STATUS = 0, 1
+HEADER = 2
+FITS, OVERFLOW, MISMATCH = 0, 1, 2
+CHECK_RTOL = 1e-3       # float32 products summed in another order agree far closer
+
+
+def worth(ranks, rows, fan_in, fan_out):
+    """Whether gathering every rank's rows moves fewer numbers over the links
+    than an allreduce of the fan_out x fan_in gradient."""
+    return ranks * rows * (fan_in + fan_out) < 2 * fan_in * fan_out
+
+
+def fingerprint():
+    """What decides the bits of G on this rank: NumPy's BLAS and the CPU."""
+    blas = ""
+    try:
+        blas = str(np.__config__.CONFIG["Build Dependencies"]["blas"].get("version", ""))
+    except (AttributeError, KeyError, TypeError):
+        pass
+    cpu = platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f
+                        if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return "numpy %s, blas %s, %s, OPENBLAS_NUM_THREADS=%s" % (
+        np.__version__, blas, cpu, os.environ.get("OPENBLAS_NUM_THREADS", ""))
+
+
+class FactorBucket:
+    """One Linear layer: its weight's gradient, and its bias's where the bias
+    lies right behind it (G_b = the column sums of D), elements [lo, hi) of
+    the gradient buffer, summed through the layer's factors while that is
+    worth it. The buckets' interface: start(), wait(), started, done()."""
+
+    def __init__(self, module, comm, lo, hi, members, dense):
+        self.comm, self.lo, self.hi, self.members = comm, lo, hi, members
+        self.fan_out, self.fan_in = tuple(module.weight.shape)
+        self.with_bias = len(members) == 2
+        self.dense = dense              # a Bucket: this range summed as any other
+        self.plain = False              # for good: a mismatch, or no longer worth it
+        self.capacity = 0
+        self.checked = False            # this rank's rows gave autograd's gradients once
+        self.products = 0               # sums formed from rows (tests, benchmarks)
+        self.pairs = []                 # (x, d) tensors of the backward passes since the sum
+        self._gathered = None
+        self._handle = None
+        self._fallback = False
+        self._hook = module.register_forward_hook(self._forward)
+
+    # -- the factors, as forward and backward make them ------------------------
+    def _forward(self, module, inputs, output):
+        if self.plain or not getattr(output, "requires_grad", False):
+            return      # no backward will come (evaluation, no_grad)
+        x = inputs[0].detach()
+        pairs = self.pairs
+
+        def at_output(grad):
+            pairs.append((x, grad.detach()))
+        output.register_hook(at_output)
+
+    def clear(self):
+        self.pairs.clear()
+
+    def close(self):
+        self._hook.remove()
+
+    # -- the sum ----------------------------------------------------------------
+    def start(self, algorithm, here=False):
+        """Pack this rank's rows (b_k d, then x) and gather every rank's; plain
+        for good, the range's sum as any other bucket's."""
+        self._fallback = self.plain
+        if self.plain:     # (nothing was captured: _forward stops once plain)
+            self.dense.start(algorithm.fold, algorithm.unfold, here=here)
+            self._handle = self.dense
+            return
+        slot_size = HEADER + self.capacity * (self.fan_out + self.fan_in)
+        if self._gathered is None or self._gathered.shape[1] != slot_size:
+            self._gathered = np.zeros((self.comm.Get_size(), slot_size),
+                                      dtype=algorithm.grad_buffer.dtype)
+        gathered = self._gathered
+        self._pack(gathered[self.comm.Get_rank()], algorithm)
+
+        def job():
+            request = self.comm.Iallgather(MPI.IN_PLACE, [gathered, mpi.mpi_type(gathered.dtype)])
+            mpi_async.poll(request.Test)
+        self._handle = mpi_async.start(job, here=here)
+
+    def _pack(self, slot, algorithm):
+        xs = [x.reshape(-1, self.fan_in).numpy() for x, _ in self.pairs]
+        ds = [d.reshape(-1, self.fan_out).numpy() for _, d in self.pairs]
+        rows = sum(len(x) for x in xs) if algorithm.count else 0   # out of data: nothing
+        slot[ROWS], slot[STATUS] = rows, FITS
+        if rows > self.capacity:
+            slot[STATUS] = OVERFLOW
+            return
+        if not rows:
+            return
+        d, x = self._rows(slot, rows)
+        np.concatenate(ds, out=d)
+        np.concatenate(xs, out=x)
+        if not self.checked:
+            if not _close(self._product(d, x), algorithm.grad_buffer.data[self.lo:self.hi]):
+                slot[STATUS] = MISMATCH
+                return
+            self.checked = True
+        algorithm.share(d)         # b_k d: this rank's share of the weighted sum
+
+    def _rows(self, slot, rows):
+        """This slot's first `rows` rows of d and of x."""
+        c, fan_out, fan_in = self.capacity, self.fan_out, self.fan_in
+        return (slot[HEADER:HEADER + rows * fan_out].reshape(rows, fan_out),
+                slot[HEADER + c * fan_out:][:rows * fan_in].reshape(rows, fan_in))
+
+    def _product(self, d, x, out=None):
+        """The range's gradients from rows d and x: D^T X, then D's column sums."""
+        out = np.empty(self.hi - self.lo, dtype=d.dtype) if out is None else out
+        weight = self.fan_out * self.fan_in
+        np.matmul(d.T, x, out=out[:weight].reshape(self.fan_out, self.fan_in))
+        if self.with_bias:
+            d.sum(axis=0, out=out[weight:])
+        return out
+
+    def wait(self):
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            handle.wait()
+
+    @property
+    def started(self):
+        return self._handle is not None
+
+    def done(self):
+        return self._handle is not None and self._handle.done()
+
+    def finish(self, algorithm):
+        """After every bucket's sum (the count among them): D^T X / b in the
+        layer's range, or, where a header says the rows did not fit or did
+        not agree, that range summed plainly, on every rank alike."""
+        if self._fallback:
+            return      # summed as a plain range already
+        gathered = self._gathered
+        status, rows = gathered[:, STATUS], gathered[:, ROWS].astype(np.int64)
+        if (status == MISMATCH).any():
+            self.plain = True
+        elif (status == OVERFLOW).any():
+            self.capacity = int(rows.max())
+            self.plain = not worth(len(rows), self.capacity, self.fan_in, self.fan_out)
+        else:
+            parts = [self._rows(g, r) for g, r in zip(gathered, rows)]
+            self._product(np.concatenate([d for d, _ in parts]),
+                          np.concatenate([x for _, x in parts]),
+                          algorithm.grad_buffer.data[self.lo:self.hi])
+            algorithm.unfold(self.lo, self.hi)
+            self.products += bool(rows.any())
+            return
+        self.dense.start(algorithm.fold, algorithm.unfold, here=True)
+        self.dense.wait()
+
+
+def _close(mine, autograds):
+    """Whether this rank's product matches the gradients autograd left."""
+    return bool(np.linalg.norm(mine - autograds) <= CHECK_RTOL * np.linalg.norm(autograds))
+
+
+def check_option(factors, sums_gradients):
+    if factors not in (None, True, False):
+        raise UsageError("factors must be True, False or None (default: where the ranks span "
+                         "hosts), got %r" % (factors,))
+    if factors is not None and not sums_gradients:
+        raise UsageError("factors: only syncgrad sums gradients")
+
+
+def choose(model, linear, params, comm, factors, device, compression):
+    """{weight's index in `params`: (module, [its index, its bias's])} of the Linear layers (`linear`: torch's
+    class) whose weights create() sums through their factors. factors: None
+    (where the ranks span hosts), True (wherever it can), False. Collective
+    (every rank passes the same factors); a UsageError for factors=True
+    where it cannot be is raised on every rank alike."""
+    error, chosen = None, {}
+    try:
+        chosen = _choose(model, linear, params, comm, factors, device, compression)
+    except UsageError as exc:
+        error = exc
+    agreement.agree(comm, error)
+    return chosen
+
+
+def _choose(model, linear, params, comm, factors, device, compression):
+    if factors is False or comm.Get_size() == 1:
+        return {}
+    why = ("a CUDA model (its factors would cross the host's memory)" if device.type == "cuda"
+           else "compression (the layers' rows are sent as they are)"
+           if compression not in (None, "none") else None)
+    if why:
+        if factors:
+            raise UsageError("factors=True: not with %s; leave factors unset" % why)
+        return {}
+    if factors is None and not mpi.spans_hosts(comm):
+        return {}
+    prints = mpi.allgather_text(comm, fingerprint(), 512)
+    if len(set(prints)) > 1:
+        if factors:
+            others = [r for r, p in enumerate(prints) if p != prints[0]]
+            raise UsageError("factors=True: ranks %s compute with another BLAS or CPU than "
+                             "rank 0 (%r against %r), so their sums would differ in the last "
+                             "bits; leave factors unset" % (others, prints[others[0]], prints[0]))
+        return {}
+    users = {}
+    for module in model.modules():
+        for _, p in module.named_parameters(recurse=False):
+            users[id(p)] = users.get(id(p), 0) + 1
+    index = {id(p): i for i, p in enumerate(params)}
+    chosen = {}
+    for m in model.modules():
+        if (isinstance(m, linear) and m.weight.requires_grad and id(m.weight) in index
+                and users[id(m.weight)] == 1
+                and worth(comm.Get_size(), 1, m.in_features, m.out_features)):
+            i = index[id(m.weight)]
+            bias = m.bias is not None and index.get(id(m.bias)) == i + 1 and \
+                m.bias.requires_grad and users[id(m.bias)] == 1
+            chosen[i] = (m, [i, i + 1] if bias else [i])
+    return chosen

@@ -1,0 +1,185 @@
+"""psgd.torch syncgrad with a Linear layer's gradients summed through its
+factors (psgd/torch_factors.py): the same model as the plain sums of every
+layer (which test_torch_buckets.py replays against the weighted mean) on
+uneven counts, batches that outgrow the slot, accumulation, inputs with a
+time axis and ranks out of data; the factors really carry the sums (a count
+of the products formed), a gradient the rows cannot give is caught, and the
+gather leaves while backward still runs."""
+import time
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import psgd  # noqa: E402
+import psgd.torch  # noqa: E402
+from psgd.errors import UsageError  # noqa: E402
+from torch_models import LR  # noqa: E402
+
+pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.timeout(120)]
+
+FAN_IN, HIDDEN, OUT = 128, 128, 3     # worth it while ranks x rows < 128
+
+
+def mlp(seed, bias=True):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(FAN_IN, HIDDEN, bias=bias), torch.nn.Tanh(),
+                               torch.nn.Linear(HIDDEN, OUT))
+
+
+def counts(rank, t):
+    """Uneven rows by rank and step, each rank's most in its first step (so
+    the slot learned there fits the rest)."""
+    return 6 - (3 * rank + t) % 5
+
+
+def batch(rank, t, rows, time_axis=0, part=0):
+    g = torch.Generator().manual_seed(10000 * rank + 100 * t + part)
+    shape = (rows, time_axis) if time_axis else (rows,)
+    return torch.randn(*shape, FAN_IN, generator=g), torch.randn(*shape, OUT, generator=g)
+
+
+def train(comm, factors, steps=5, rows=counts, active=lambda k, t: True, parts=1,
+          time_axis=0, extra=None, bias=True, evaluate=False):
+    """SGD on a squared error, rows(rank, t) samples a step; returns the
+    parameters (the same on every rank) and the first layer's bucket."""
+    m = mlp(comm.rank, bias)
+    sync = psgd.torch.create("syncgrad", m, comm=comm, factors=factors)
+    opt = psgd.torch.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=LR), sync)
+    for t in range(steps):
+        if not active(comm.rank, t):
+            break
+        opt.zero_grad()
+        opt.samples = rows(comm.rank, t)
+        for part in range(parts):
+            x, y = batch(comm.rank, t, rows(comm.rank, t), time_axis, part)
+            loss = 0.5 * ((m(x) - y) ** 2).mean()
+            if extra is not None:
+                loss = loss + extra(m)
+            if part < parts - 1:
+                with opt.no_sync():
+                    loss.backward()
+            else:
+                loss.backward()
+        if evaluate:
+            with torch.no_grad():
+                m(batch(comm.rank, t, 7)[0])
+        opt.step()
+    opt.stop()
+    got = np.concatenate([p.detach().numpy().ravel() for p in m.parameters()])
+    everyone = np.empty((comm.size, got.size), dtype=got.dtype)
+    comm.Allgather(got, everyone)
+    assert (everyone == everyone[0]).all()      # the replicas stay identical
+    first = [b for b in sync.buckets.factor_buckets if 0 in b.members]
+    return got, (first[0] if first else None)
+
+
+def same_as_plain(comm, steps=5, **kw):
+    got, bucket = train(comm, True, steps, **kw)
+    plain, none = train(comm, False, steps, **kw)
+    assert none is None
+    np.testing.assert_allclose(got, plain, rtol=1e-5, atol=1e-6)
+    return bucket
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_the_factors_give_the_plain_sums_weighted_by_uneven_counts(comm, bias):
+    bucket = same_as_plain(comm, bias=bias)
+    assert bucket.members == ([0, 1] if bias else [0])      # the bias rides with its weight
+    assert not bucket.plain and bucket.checked
+    assert bucket.capacity == 6
+    assert bucket.products == 4     # the first step learns the slot's rows
+
+
+def test_rows_beyond_the_slot_are_summed_plainly_once_then_fit(comm):
+    def rows(k, t):
+        return 9 if (k, t) == (1, 2) else counts(k, t)
+    bucket = same_as_plain(comm, steps=6, rows=rows)
+    assert bucket.capacity == 9
+    assert bucket.products == 4     # steps 0 (learning) and 2 (one rank's 9 rows) plainly
+
+
+def test_a_layer_whose_rows_outgrow_the_saving_is_summed_plainly_for_good(comm):
+    """70 rows on one rank: gathering every rank's would move more than the
+    plain sum of the 128 x 128 weight (ranks x rows >= 128)."""
+    def rows(k, t):
+        return 70 if (k, t) == (1, 2) else counts(k, t)
+    bucket = same_as_plain(comm, steps=5, rows=rows)
+    assert bucket.plain and bucket.capacity == 70 and bucket.products == 1
+
+
+def test_accumulation_under_no_sync_sends_every_pass_rows(comm):
+    bucket = same_as_plain(comm, parts=3)
+    assert bucket.products == 4 and bucket.capacity == 18
+
+
+def test_a_time_axis_is_rows_too(comm):
+    bucket = same_as_plain(comm, rows=lambda k, t: 2, time_axis=3)
+    assert bucket.capacity == 6 and bucket.products == 4
+
+
+def test_ranks_out_of_data_keep_stepping_with_the_others(comm):
+    """Rank k has 2 + k batches; stop() keeps it in step with the rest."""
+    bucket = same_as_plain(comm, steps=1 + comm.size, active=lambda k, t: t < 2 + k)
+    assert bucket.products == comm.size    # every step with rows but the first
+
+
+def test_an_evaluation_forward_adds_no_rows(comm):
+    bucket = same_as_plain(comm, evaluate=True)
+    assert bucket.products == 4
+
+
+def test_a_weight_used_outside_its_layer_is_summed_plainly_for_good(comm):
+    """The rows cannot give the weight decay's part: the check on the first
+    step that fits finds it, and the layer goes back to plain sums."""
+    bucket = same_as_plain(comm, extra=lambda m: 0.01 * (m[0].weight ** 2).sum())
+    assert bucket.plain and bucket.products == 0
+
+
+def test_the_gather_leaves_while_backward_still_runs(comm):
+    """The first layer's input gradient is computed after its weight's:
+    a hook there waits, inside backward, for the gather that started when
+    the weight landed."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(FAN_IN, HIDDEN), torch.nn.Tanh(),
+                            torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.Tanh(),
+                            torch.nn.Linear(HIDDEN, OUT))
+    sync = psgd.torch.create("syncgrad", m, comm=comm, factors=True)
+    opt = psgd.torch.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=LR), sync)
+    middle = [b for b in sync.buckets.factor_buckets if b.members[0] == 2][0]
+    seen = []
+
+    def later(grad):
+        deadline = time.monotonic() + 20
+        while not middle.done() and time.monotonic() < deadline:
+            time.sleep(0.001)
+        seen.append(middle.done())
+
+    for t in range(3):
+        x = torch.randn(4, FAN_IN, generator=torch.Generator().manual_seed(comm.rank),
+                        requires_grad=True)
+        hook = x.register_hook(later) if t == 2 else None
+        opt.zero_grad()
+        m(x).square().sum().backward()
+        opt.step()
+        if hook is not None:
+            hook.remove()
+    opt.stop()
+    assert seen == [True] and middle.products == 2
+
+
+def test_one_host_sums_plainly_unless_asked(comm):
+    sync = psgd.torch.create("syncgrad", mlp(comm.rank), comm=comm)
+    assert sync.buckets.factor_buckets == []
+    sync = psgd.torch.create("syncgrad", mlp(comm.rank), comm=comm, factors=True)
+    assert [b.members for b in sync.buckets.factor_buckets] == [[2, 3], [0, 1]]
+
+
+@pytest.mark.parametrize("algo,options,line", [
+    ("syncgrad", {"factors": "yes"}, "factors must be True, False or None"),
+    ("bmuf", {"factors": True}, "factors: only syncgrad sums gradients"),
+    ("syncgrad", {"factors": True, "compression": "fp16"}, "factors=True: not with compression"),
+])
+def test_a_bad_factors_option_is_one_line_on_every_rank(comm, algo, options, line):
+    with pytest.raises(UsageError, match=line):
+        psgd.torch.create(algo, mlp(comm.rank), comm=comm, **options)
