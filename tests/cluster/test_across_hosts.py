@@ -228,6 +228,23 @@ def test_psgd_torch_across_two_hosts(cluster, workdir):
     assert "accuracy" in r.stdout.lower(), r.stdout[-2000:]
 
 
+@pytest.mark.parametrize("per_host", [1, 2])
+def test_psgd_torch_syncgrad_sums_linear_layers_through_their_rows_across_hosts(
+        cluster, workdir, per_host):
+    """Unset, create() chooses the factors where the ranks span hosts: the
+    hidden layer's sums come from the gathered rows (the output layer's rows
+    would outweigh its 256 x 4 weight), the model is the plain sums' to
+    float rounding, and every replica holds the same bits."""
+    pytest.importorskip("torch")
+    r = cluster.mpirun(per_host, 2 * per_host, [os.path.join("tests", "torch_factors_job.py")])
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    line = [x for x in r.stdout.splitlines() if x.startswith("FACTORS")]
+    assert line, r.stdout[-2000:] + r.stderr[-2000:]
+    found = dict(kv.split("=") for kv in line[0].split()[1:])
+    assert found["products"] == "[0,5]" and found["plain"] == "[]", line
+    assert found["identical"] == "True" and float(found["maxdiff"]) < 1e-5, line
+
+
 @pytest.mark.one_mpi
 def test_the_readme_command_as_a_new_user_types_it(cluster, workdir):
     """`psgd-local-cluster mpirun -hosts h0:2,h1:2 -n 4 python -m psgd.worker
