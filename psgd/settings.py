@@ -54,6 +54,11 @@ SETTINGS = {
                 "many ranks each, else through one leader per host; leader: always so); auto: "
                 "when the ranks span hosts and some host has several "
                 "(psgd/algorithms/two_level.py)"),
+    "PSGD_TORCH_FACTORS_SAVING": Setting(
+        "factors' saving", COUNT, 2 ** 20, minimum=1,
+        meaning="bytes a step a psgd.torch Linear layer's rows must spare each host's link "
+                "for syncgrad to sum it through them where the ranks span hosts (factors "
+                "unset; psgd/torch_factors.py); factors=True: any saving"),
     # Where the arrays live and what carries them.
     "PSGD_BACKEND": Setting(
         "backend", TEXT, "auto", meaning="auto | numpy | cupy, when --backend is not given"),

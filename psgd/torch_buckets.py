@@ -116,19 +116,21 @@ class Buckets:
 
     def __init__(self, algorithm, names, params, views, bucket_bytes, device_event=None,
                  factored=None):
-        """factored: {weight's index: (its Linear module, its bucket's indexes)}
-        of the layers summed through their factors (torch_factors.py)."""
+        """factored: ({weight's index: (its Linear module, its bucket's
+        indexes)} of the layers summed through their factors, the fewest
+        bytes a step must save to go on) (torch_factors.choose)."""
         self.algorithm = algorithm
         self.names, self.params, self.views = names, params, views
         self._device_event = device_event
-        factored = factored or {}
+        factored, least = factored or ({}, 1)
         wire = algorithm.grad_exchange.buffer    # the gradients and the count behind them
         self.buckets = []
         for lo, hi, m in layout([p.numel() for p in params], wire.tail, wire.dtype.itemsize,
                                 bucket_bytes, {i: f[1] for i, f in factored.items()}):
             bucket = Bucket(mpi.exchange_part(algorithm.grad_exchange, lo, hi), lo, hi, m)
             if m and m[0] in factored:
-                bucket = FactorBucket(factored[m[0]][0], algorithm.comm, lo, hi, m, bucket)
+                bucket = FactorBucket(factored[m[0]][0], algorithm.comm, lo, hi, m, bucket,
+                                      least)
             self.buckets.append(bucket)
         self.factor_buckets = [b for b in self.buckets if isinstance(b, FactorBucket)]
         self._bucket_of = {i: k for k, b in enumerate(self.buckets) for i in b.members}
