@@ -87,8 +87,7 @@ def create(name, model, comm=None, buffers=False, bucket_mb=None, factors=None, 
     buckets = grads and Buckets(
         algorithm, params.names, params.tensors, grads.views, plan.bucket_bytes,
         _recorded_event if plan.device.type == "cuda" else None, torch_factors.choose(
-            model, torch.nn.Linear, params.tensors, comm, factors, plan.device,
-            options.get("compression")))
+            model, torch.nn.Linear, params.tensors, algorithm, factors, plan.device))
     return TorchSync(algorithm, model, plan, params, grads, stats, buckets)
 
 

@@ -31,6 +31,13 @@ weight is used outside the layer's forward, a hook changed its gradient, or
 .grad was not zeroed); one mismatch anywhere sends the layer back to plain
 sums for good.
 
+Under compression=fp16 or bf16 the rows travel in that format (rounded
+to nearest even, as the quantizers do; no residual: the rows are not a
+running sum, and each step's rounding is its own, as with DDP's fp16 hook);
+a value beyond the format's range is an error on every rank naming the
+sync (BEYOND). Under 1bit the layer's rows go as they are and the other
+buckets in 1bit.
+
 Every rank computes G from the same bytes in the same order, so replicas
 stay identical where the ranks run the same BLAS on the same kind of CPU:
 `fingerprint()` is what create() compares before it chooses this path.
@@ -42,13 +49,15 @@ import numpy as np
 from mpi4py import MPI
 
 from . import agreement, mpi, mpi_async, settings
+from .algorithms.compressed import RANGES
+from .compression.quantizers import quantizer
 from .errors import UsageError
 
-ROWS, STATUS = 0, 1
-HEADER = 2
-FITS, OVERFLOW, MISMATCH = 0, 1, 2
+HEADER = 16             # bytes: [rows, status] as float64, exact for any count
+FITS, OVERFLOW, MISMATCH, BEYOND = 0, 1, 2, 3
 CHECK_RTOL = 1e-3       # float32 products summed in another order agree far closer
 SAVING = "PSGD_TORCH_FACTORS_SAVING"
+ROW_FORMATS = ("fp16", "bf16")     # compression= kinds the rows travel in (1bit: as they are)
 
 
 def saving(ranks, rows, fan_in, fan_out, itemsize):
@@ -94,7 +103,7 @@ class FactorBucket:
         self.checked = False            # this rank's rows gave autograd's gradients once
         self.products = 0               # sums formed from rows (tests, benchmarks)
         self.pairs = []                 # (x, d) tensors of the backward passes since the sum
-        self._gathered = None
+        self._gathered = self._d = self._x = self._format = self._itemsize = None
         self._handle = None
         self._fallback = False
         self._hook = module.register_forward_hook(self._forward)
@@ -122,46 +131,73 @@ class FactorBucket:
         for good, the range's sum as any other bucket's."""
         self._fallback = self.plain
         if self.plain:     # (nothing was captured: _forward stops once plain)
-            self.dense.start(algorithm.fold, algorithm.unfold, here=here)
-            self._handle = self.dense
+            self._start_plain(algorithm, here)
             return
-        slot_size = HEADER + self.capacity * (self.fan_out + self.fan_in)
-        if self._gathered is None or self._gathered.shape[1] != slot_size:
-            self._gathered = np.zeros((self.comm.Get_size(), slot_size),
-                                      dtype=algorithm.grad_buffer.dtype)
-        gathered = self._gathered
+        gathered = self._slots(algorithm)
         self._pack(gathered[self.comm.Get_rank()], algorithm)
 
         def job():
-            request = self.comm.Iallgather(MPI.IN_PLACE, [gathered, mpi.mpi_type(gathered.dtype)])
+            request = self.comm.Iallgather(MPI.IN_PLACE, [gathered, MPI.BYTE])
             mpi_async.poll(request.Test)
         self._handle = mpi_async.start(job, here=here)
+
+    def _start_plain(self, algorithm, here):
+        if algorithm.compressing():
+            self.dense.start_compressed(algorithm, here=here)
+        else:
+            self.dense.start(algorithm.fold, algorithm.unfold, here=here)
+        self._handle = self.dense
+
+    def _slots(self, algorithm):
+        """Every rank's slot (bytes) for this sync's format, and the float
+        rows they decode to."""
+        kind = algorithm.compressed.kind if algorithm.compressing() else None
+        self._format = quantizer(kind) if kind in ROW_FORMATS else None
+        dtype = algorithm.grad_buffer.dtype
+        self._itemsize = dtype.itemsize
+        shape = (self.comm.Get_size(),
+                 HEADER + self._nbytes(self.capacity * (self.fan_out + self.fan_in)))
+        if self._gathered is None or self._gathered.shape != shape:
+            self._gathered = np.zeros(shape, dtype=np.uint8)
+            rows = self.comm.Get_size() * self.capacity
+            self._d = np.empty((rows, self.fan_out), dtype=dtype)
+            self._x = np.empty((rows, self.fan_in), dtype=dtype)
+        return self._gathered
 
     def _pack(self, slot, algorithm):
         xs = [x.reshape(-1, self.fan_in).numpy() for x, _ in self.pairs]
         ds = [d.reshape(-1, self.fan_out).numpy() for _, d in self.pairs]
         rows = sum(len(x) for x in xs) if algorithm.count else 0   # out of data: nothing
-        slot[ROWS], slot[STATUS] = rows, FITS
+        header = slot[:HEADER].view(np.float64)
+        header[:] = rows, FITS
         if rows > self.capacity:
-            slot[STATUS] = OVERFLOW
+            header[1] = OVERFLOW
             return
         if not rows:
             return
-        d, x = self._rows(slot, rows)
+        d, x = self._d[:rows], self._x[:rows]          # (the gathered rows' room, free now)
         np.concatenate(ds, out=d)
         np.concatenate(xs, out=x)
         if not self.checked:
             if not _close(self._product(d, x), algorithm.grad_buffer.data[self.lo:self.hi]):
-                slot[STATUS] = MISMATCH
+                header[1] = MISMATCH
                 return
             self.checked = True
-        algorithm.share(d)         # b_k d: this rank's share of the weighted sum
+        algorithm.weigh(d)         # b_k d: this rank's share of the weighted sum
+        for rows_of, wire in zip((d, x), self._wires(slot, rows)):
+            if self._format is None:
+                wire.view(rows_of.dtype)[:] = rows_of.reshape(-1)
+            elif not self._format.encode(rows_of.reshape(-1), wire):
+                header[1] = BEYOND
 
-    def _rows(self, slot, rows):
-        """This slot's first `rows` rows of d and of x."""
-        c, fan_out, fan_in = self.capacity, self.fan_out, self.fan_in
-        return (slot[HEADER:HEADER + rows * fan_out].reshape(rows, fan_out),
-                slot[HEADER + c * fan_out:][:rows * fan_in].reshape(rows, fan_in))
+    def _nbytes(self, numbers):
+        return self._format.nbytes(numbers) if self._format else numbers * self._itemsize
+
+    def _wires(self, slot, rows):
+        """The bytes of a slot's first `rows` rows of d, and of x."""
+        x_at = HEADER + self._nbytes(self.capacity * self.fan_out)
+        return (slot[HEADER:HEADER + self._nbytes(rows * self.fan_out)],
+                slot[x_at:x_at + self._nbytes(rows * self.fan_in)])
 
     def _product(self, d, x, out=None):
         """The range's gradients from rows d and x: D^T X, then D's column sums."""
@@ -191,22 +227,36 @@ class FactorBucket:
         if self._fallback:
             return      # summed as a plain range already
         gathered = self._gathered
-        status, rows = gathered[:, STATUS], gathered[:, ROWS].astype(np.int64)
+        header = gathered[:, :HEADER].view(np.float64)
+        rows, status = header[:, 0].astype(np.int64), header[:, 1]
+        if (status == BEYOND).any():
+            raise UsageError(
+                "compression=%s: sync %d: the rows of a Linear layer (%d x %d) hold a value "
+                "beyond %s, an inf or a NaN (the model diverged, or the format is too narrow: "
+                "try bf16, or a smaller learning rate)" % (
+                    algorithm.compressed.kind, algorithm.syncs + 1, self.fan_out, self.fan_in,
+                    RANGES[algorithm.compressed.kind]))
         if (status == MISMATCH).any():
             self.plain = True
         elif (status == OVERFLOW).any():
             self.capacity = int(rows.max())
             self.plain = saving(len(rows), self.capacity, self.fan_in, self.fan_out,
-                                gathered.itemsize) < self.least
+                                algorithm.grad_buffer.dtype.itemsize) < self.least
         else:
-            parts = [self._rows(g, r) for g, r in zip(gathered, rows)]
-            self._product(np.concatenate([d for d, _ in parts]),
-                          np.concatenate([x for _, x in parts]),
-                          algorithm.grad_buffer.data[self.lo:self.hi])
+            at = 0
+            for slot, r in zip(gathered, rows):
+                for rows_of, wire in zip((self._d[at:at + r], self._x[at:at + r]),
+                                         self._wires(slot, r)):
+                    if self._format is None:
+                        rows_of.reshape(-1)[:] = wire.view(rows_of.dtype)
+                    else:
+                        self._format.decode(wire, rows_of.reshape(-1))
+                at += r
+            self._product(self._d[:at], self._x[:at], algorithm.grad_buffer.data[self.lo:self.hi])
             algorithm.unfold(self.lo, self.hi)
-            self.products += bool(rows.any())
+            self.products += at > 0
             return
-        self.dense.start(algorithm.fold, algorithm.unfold, here=True)
+        self._start_plain(algorithm, here=True)
         self.dense.wait()
 
 
@@ -224,31 +274,34 @@ def check_option(factors, sums_gradients):
         raise UsageError("factors: only syncgrad sums gradients")
 
 
-def choose(model, linear, params, comm, factors, device, compression):
+def choose(model, linear, params, algorithm, factors, device):
     """({weight's index in `params`: (module, [its index, its bias's])} of the
     Linear layers (`linear`: torch's class) that create() sums through their
-    rows, the fewest bytes a step must save to go on). factors: None (where
-    the ranks span hosts), True (wherever it saves), False. Collective
-    (every rank passes the same factors); a UsageError for factors=True
-    where it cannot be is raised on every rank alike."""
+    rows, the fewest bytes a step must save to go on) for syncgrad
+    `algorithm`. factors: None (where the ranks span hosts), True (wherever
+    it saves), False. Collective (every rank passes the same factors); a
+    UsageError for factors=True where it cannot be is raised on every rank
+    alike."""
+    comm = algorithm.comm
     least = 1 if factors else settings.get(SAVING)
     if factors is False or comm.Get_size() == 1:    # (alike on every rank: create checked)
         return {}, least
     agreement.check_same(comm, {SAVING: least}, "psgd.torch's factors")
     error, chosen = None, {}
     try:
-        chosen = _choose(model, linear, params, comm, factors, device, compression, least)
+        chosen = _choose(model, linear, params, algorithm, factors, device, least)
     except UsageError as exc:
         error = exc
     agreement.agree(comm, error)
     return chosen, least
 
 
-def _choose(model, linear, params, comm, factors, device, compression, least):
+def _choose(model, linear, params, algorithm, factors, device, least):
+    comm = algorithm.comm
     why = ("a CUDA model (its rows would have to cross to the host: not built)"
-           if device.type == "cuda"
-           else "compression (the layers' rows are sent as they are)"
-           if compression not in (None, "none") else None)
+           if device.type == "cuda" else
+           "compression_momentum=local (the buckets sum optimizer steps, not gradients)"
+           if algorithm.shares_momentum else None)
     if why:
         if factors:
             raise UsageError("factors=True: not with %s; leave factors unset" % why)

@@ -172,9 +172,9 @@ class SyncGrad(compressed.LocalMomentum, CollectiveWorker):
 
     def fold(self, lo, hi):
         """g[lo:hi] *= b_k: this rank's share of the weighted sum."""
-        self.share(self._wire[lo:min(hi, self._wire.size + COUNT)])
+        self.weigh(self._wire[lo:min(hi, self._wire.size + COUNT)])
 
-    def share(self, g):
+    def weigh(self, g):
         """g *= b_k in place (a reducer's own rows too: psgd/torch_factors.py)."""
         if self._b_k == 0:
             g.fill(0)   # a worker out of data adds nothing, whatever its grads hold

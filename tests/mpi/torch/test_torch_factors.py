@@ -21,10 +21,10 @@ pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.timeout(120)]
 FAN_IN, HIDDEN, OUT = 128, 128, 3     # worth it while ranks x rows < 128
 
 
-def mlp(seed, bias=True):
+def mlp(seed, bias=True, layers=2):
     torch.manual_seed(seed)
     return torch.nn.Sequential(torch.nn.Linear(FAN_IN, HIDDEN, bias=bias), torch.nn.Tanh(),
-                               torch.nn.Linear(HIDDEN, OUT))
+                               torch.nn.Linear(HIDDEN, OUT))[:2 * layers - 1]
 
 
 def counts(rank, t):
@@ -33,18 +33,20 @@ def counts(rank, t):
     return 6 - (3 * rank + t) % 5
 
 
-def batch(rank, t, rows, time_axis=0, part=0):
+def batch(rank, t, rows, time_axis=0, part=0, out=OUT):
     g = torch.Generator().manual_seed(10000 * rank + 100 * t + part)
     shape = (rows, time_axis) if time_axis else (rows,)
-    return torch.randn(*shape, FAN_IN, generator=g), torch.randn(*shape, OUT, generator=g)
+    return torch.randn(*shape, FAN_IN, generator=g), torch.randn(*shape, out, generator=g)
 
 
 def train(comm, factors, steps=5, rows=counts, active=lambda k, t: True, parts=1,
-          time_axis=0, extra=None, bias=True, evaluate=False):
+          time_axis=0, extra=None, bias=True, evaluate=False, scale=lambda t: 1.0, layers=2,
+          **options):
     """SGD on a squared error, rows(rank, t) samples a step; returns the
     parameters (the same on every rank) and the first layer's bucket."""
-    m = mlp(comm.rank, bias)
-    sync = psgd.torch.create("syncgrad", m, comm=comm, factors=factors)
+    m = mlp(comm.rank, bias, layers)
+    out = OUT if layers == 2 else HIDDEN
+    sync = psgd.torch.create("syncgrad", m, comm=comm, factors=factors, **options)
     opt = psgd.torch.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=LR), sync)
     for t in range(steps):
         if not active(comm.rank, t):
@@ -52,8 +54,8 @@ def train(comm, factors, steps=5, rows=counts, active=lambda k, t: True, parts=1
         opt.zero_grad()
         opt.samples = rows(comm.rank, t)
         for part in range(parts):
-            x, y = batch(comm.rank, t, rows(comm.rank, t), time_axis, part)
-            loss = 0.5 * ((m(x) - y) ** 2).mean()
+            x, y = batch(comm.rank, t, rows(comm.rank, t), time_axis, part, out)
+            loss = 0.5 * ((m(x) - y) ** 2).mean() * scale(t)
             if extra is not None:
                 loss = loss + extra(m)
             if part < parts - 1:
@@ -74,11 +76,12 @@ def train(comm, factors, steps=5, rows=counts, active=lambda k, t: True, parts=1
     return got, (first[0] if first else None)
 
 
-def same_as_plain(comm, steps=5, **kw):
+def same_as_plain(comm, steps=5, rtol=1e-5, atol=1e-6, plainly=None, **kw):
+    """The factors' model against the plain sums' (of `plainly`'s options)."""
     got, bucket = train(comm, True, steps, **kw)
-    plain, none = train(comm, False, steps, **kw)
+    plain, none = train(comm, False, steps, **dict(kw, **(plainly or {})))
     assert none is None
-    np.testing.assert_allclose(got, plain, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got, plain, rtol=rtol, atol=atol)
     return bucket
 
 
@@ -168,6 +171,29 @@ def test_the_gather_leaves_while_backward_still_runs(comm):
     assert seen == [True] and middle.products == 2
 
 
+@pytest.mark.parametrize("kind,tolerance", [("fp16", 1e-3), ("bf16", 1e-2)])
+def test_the_rows_travel_in_fp16_or_bf16_under_that_compression(comm, kind, tolerance):
+    """Each rank's rows rounded once to the format: the model stays within the
+    format's rounding of the plain uncompressed sums' (and the first step,
+    summed plainly, is compressed with its residuals)."""
+    bucket = same_as_plain(comm, compression=kind, plainly={"compression": "none"},
+                           rtol=tolerance, atol=tolerance * 1e-2)
+    assert bucket.products == 4 and not bucket.plain
+
+
+def test_under_1bit_the_rows_go_as_they_are(comm):
+    got, bucket = train(comm, True, compression="1bit")
+    assert bucket.products == 4 and not bucket.plain
+
+
+def test_rows_beyond_fp16_are_an_error_naming_the_sync_on_every_rank(comm):
+    """One layer, so its rows are the only fp16 of the step that overflows."""
+    with pytest.raises(UsageError, match=r"compression=fp16: sync 3: the rows of a Linear "
+                                         r"layer \(128 x 128\) hold a value beyond fp16's range"):
+        train(comm, True, steps=4, compression="fp16", scale=lambda t: 1e9 if t == 2 else 1.0,
+              layers=1)
+
+
 def test_one_host_sums_plainly_unless_asked(comm):
     sync = psgd.torch.create("syncgrad", mlp(comm.rank), comm=comm)
     assert sync.buckets.factor_buckets == []
@@ -178,7 +204,8 @@ def test_one_host_sums_plainly_unless_asked(comm):
 @pytest.mark.parametrize("algo,options,line", [
     ("syncgrad", {"factors": "yes"}, "factors must be True, False or None"),
     ("bmuf", {"factors": True}, "factors: only syncgrad sums gradients"),
-    ("syncgrad", {"factors": True, "compression": "fp16"}, "factors=True: not with compression"),
+    ("syncgrad", {"factors": True, "compression": "1bit", "compression_momentum": "local"},
+     "factors=True: not with compression_momentum=local"),
 ])
 def test_a_bad_factors_option_is_one_line_on_every_rank(comm, algo, options, line):
     with pytest.raises(UsageError, match=line):
