@@ -40,12 +40,10 @@ def batch(rank, t, rows, time_axis=0, part=0, out=OUT):
 
 
 def train(comm, factors, steps=5, rows=counts, active=lambda k, t: True, parts=1,
-          time_axis=0, extra=None, bias=True, evaluate=False, scale=lambda t: 1.0, layers=2,
-          **options):
+          time_axis=0, extra=None, bias=True, evaluate=False, **options):
     """SGD on a squared error, rows(rank, t) samples a step; returns the
     parameters (the same on every rank) and the first layer's bucket."""
-    m = mlp(comm.rank, bias, layers)
-    out = OUT if layers == 2 else HIDDEN
+    m = mlp(comm.rank, bias)
     sync = psgd.torch.create("syncgrad", m, comm=comm, factors=factors, **options)
     opt = psgd.torch.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=LR), sync)
     for t in range(steps):
@@ -54,8 +52,8 @@ def train(comm, factors, steps=5, rows=counts, active=lambda k, t: True, parts=1
         opt.zero_grad()
         opt.samples = rows(comm.rank, t)
         for part in range(parts):
-            x, y = batch(comm.rank, t, rows(comm.rank, t), time_axis, part, out)
-            loss = 0.5 * ((m(x) - y) ** 2).mean() * scale(t)
+            x, y = batch(comm.rank, t, rows(comm.rank, t), time_axis, part)
+            loss = 0.5 * ((m(x) - y) ** 2).mean()
             if extra is not None:
                 loss = loss + extra(m)
             if part < parts - 1:
@@ -188,10 +186,20 @@ def test_under_1bit_the_rows_go_as_they_are(comm):
 
 def test_rows_beyond_fp16_are_an_error_naming_the_sync_on_every_rank(comm):
     """One layer, so its rows are the only fp16 of the step that overflows."""
-    with pytest.raises(UsageError, match=r"compression=fp16: sync 3: the rows of a Linear "
+    m = mlp(comm.rank, layers=1)
+    sync = psgd.torch.create("syncgrad", m, comm=comm, factors=True, compression="fp16")
+    opt = psgd.torch.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=LR), sync)
+    for t in range(3):
+        x, y = batch(comm.rank, t, 4, out=HIDDEN)
+        opt.zero_grad()
+        opt.samples = 4
+        (((m(x) - y) ** 2).mean() * (1e9 if t == 2 else 1.0)).backward()
+        if t < 2:
+            opt.step()
+    with pytest.raises(UsageError, match=r"^compression=fp16: sync 3: the rows of a Linear "
                                          r"layer \(128 x 128\) hold a value beyond fp16's range"):
-        train(comm, True, steps=4, compression="fp16", scale=lambda t: 1e9 if t == 2 else 1.0,
-              layers=1)
+        opt.step()
+    sync.close()
 
 
 def test_one_host_sums_plainly_unless_asked(comm):
