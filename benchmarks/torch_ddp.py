@@ -70,6 +70,12 @@ class Clock:
     def medians(self):
         return {k: common.median(v) for k, v in self.phases.items()}
 
+    def totals(self):
+        return {k: sum(v) for k, v in self.phases.items()}
+
+    def series(self):
+        return dict(self.phases)
+
 
 def child(argv):
     import numpy as np
@@ -208,8 +214,8 @@ def child(argv):
     sums = _sums_alone(comm, sync) if args.mode.startswith("syncgrad") else None
     # the last rank always trains (rank 0 serves under easgd): its steps are reported
     last = comm.size - 1
-    steps_of_last = comm.bcast((clock.medians(), alone.medians()) if comm.rank == last
-                               else None, root=last)
+    steps_of_last = comm.bcast((clock.medians(), alone.medians(), clock.totals(), clock.series())
+                               if comm.rank == last else None, root=last)
     if args.mode.startswith("ddp"):
         torch.distributed.destroy_process_group()
     if comm.rank == 0:
@@ -219,6 +225,7 @@ def child(argv):
                        "parameters": sum(p.numel() for p in model.parameters()),
                        "samples": steps * args.batch * workers,
                        "step": steps_of_last[0], "alone": steps_of_last[1], "sums_alone": sums,
+                       "epoch_phases": steps_of_last[2], "series": steps_of_last[3],
                        "torch": torch.__version__}, f)
 
 

@@ -130,10 +130,13 @@ class Buckets:
             bucket = Bucket(mpi.exchange_part(algorithm.grad_exchange, lo, hi), lo, hi, m)
             if m and m[0] in factored:
                 bucket = FactorBucket(factored[m[0]][0], algorithm.comm, lo, hi, m, bucket,
-                                      least)
+                                      [params[i] for i in m], [views[i] for i in m], least)
             self.buckets.append(bucket)
         self.factor_buckets = [b for b in self.buckets if isinstance(b, FactorBucket)]
+        for bucket in self.factor_buckets:
+            bucket.rows_in = self._rows_in
         self._bucket_of = {i: k for k, b in enumerate(self.buckets) for i in b.members}
+        self._factor_of = {i: b for b in self.factor_buckets for i in b.members}
         if algorithm.compressed is not None:    # each bucket its own residuals
             algorithm.compress_in_parts([(b.lo, b.hi) for b in self.buckets])
         self.expect = None      # () -> this step's count, read when its backward begins
@@ -166,15 +169,29 @@ class Buckets:
             self._landed[i] = True
             self._adopt(i)
             k = self._bucket_of[i]
-            self._waiting[k] -= 1
-            if self._waiting[k] == 0:
-                self._start_ready()
+            if self._waiting[k]:        # (0: a layer whose rows were in first)
+                self._waiting[k] -= 1
+                if self._waiting[k] == 0:
+                    self._start_ready()
         return landed
+
+    def _rows_in(self, bucket):
+        """A layer summed through its rows has them all: it is ready before
+        its own gradients land."""
+        if self.deferred or self.expect is None:
+            return
+        if self._count is None:
+            self._count = self.expect()
+            self.algorithm.open_sync(self._count)
+        self._waiting[self.buckets.index(bucket)] = 0
+        self._start_ready()
 
     def _adopt(self, i):
         """Point .grad at its view of the flat buffer; a gradient torch
         allocated elsewhere (zero_grad(set_to_none=True) dropped the view)
         is copied in once, a missing one (an unused parameter) is zero."""
+        if i in self._factor_of and not self._factor_of[i].plain:
+            return      # its own gradients stay where they landed (torch_factors.py)
         p, view = self.params[i], self.views[i]
         grad = p.grad
         if grad is view:
@@ -228,10 +245,12 @@ class Buckets:
                         self._adopt(i)  # (shares: the buffer holds the step, not the grads)
                 self._start(self.buckets[k], now=True)
                 _waited(self.buckets[k], errors)
-            if not errors:      # G = D^T X / b: after the count's sum
+            if not errors:      # a layer's rows that did not fit: its plain sum now
                 for bucket in self.factor_buckets:
                     bucket.finish(self.algorithm)
         finally:
+            for bucket in self.factor_buckets:
+                bucket.summed()
             self._reset()
         if errors:
             raise errors[0]
@@ -257,10 +276,11 @@ class Buckets:
     def zero_grad(self):
         """Zero every gradient in place (one fill) and point .grad at it."""
         self.algorithm.grad_buffer.data.fill(0)
-        for bucket in self.factor_buckets:
-            bucket.clear()
         for p, view in zip(self.params, self.views):
             p.grad = view
+        for bucket in self.factor_buckets:
+            bucket.clear()
+            bucket.zero()
 
 
 def _waited(bucket, errors):

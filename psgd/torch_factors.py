@@ -88,13 +88,21 @@ def fingerprint():
 class FactorBucket:
     """One Linear layer: its weight's gradient, and its bias's where the bias
     lies right behind it (G_b = the column sums of D), elements [lo, hi) of
-    the gradient buffer, summed through the layer's factors while that is
-    worth it. The buckets' interface: start(), wait(), started, done()."""
+    the gradient buffer, summed through the layer's rows while that is
+    worth it. The buckets' interface: start(), wait(), started, done().
 
-    def __init__(self, module, comm, lo, hi, members, dense, least=1):
-        """least: the fewest bytes a step must save (saving()) to go on."""
+    The layer's own gradients land in tensors of its own (`zero()` points
+    .grad there), not in the buffer: the transfer thread writes the product
+    into the buffer while backward may still be accumulating them, and they
+    are needed only for the first step's check and a plain sum's fallback.
+    After the sum, .grad is the buffer's view again (`summed()`)."""
+
+    def __init__(self, module, comm, lo, hi, members, dense, params, views, least=1):
+        """params, views: the members' tensors and their views of the buffer;
+        least: the fewest bytes a step must save (saving()) to go on."""
         self.comm, self.lo, self.hi, self.members = comm, lo, hi, members
-        self.least = least
+        self.params, self.views, self.least = params, views, least
+        self.own = [v.new_zeros(v.shape) for v in views]    # where backward accumulates
         self.fan_out, self.fan_in = tuple(module.weight.shape)
         self.with_bias = len(members) == 2
         self.dense = dense              # a Bucket: this range summed as any other
@@ -103,9 +111,11 @@ class FactorBucket:
         self.checked = False            # this rank's rows gave autograd's gradients once
         self.products = 0               # sums formed from rows (tests, benchmarks)
         self.pairs = []                 # (x, d) tensors of the backward passes since the sum
+        self._calls = 0                 # forward calls since the sum whose rows will come
+        self.rows_in = None             # the buckets' call once they have (Buckets)
         self._gathered = self._d = self._x = self._format = self._itemsize = None
         self._handle = None
-        self._fallback = False
+        self._fallback = self._formed = False
         self._hook = module.register_forward_hook(self._forward)
 
     # -- the factors, as forward and backward make them ------------------------
@@ -114,22 +124,58 @@ class FactorBucket:
             return      # no backward will come (evaluation, no_grad)
         x = inputs[0].detach()
         pairs = self.pairs
+        self._calls += 1
 
         def at_output(grad):
             pairs.append((x, grad.detach()))
+            # every call's rows are in: the gather can leave now, while backward
+            # still computes this layer's own products; not in the first step
+            # that fits (it is checked against the gradients as they land), nor
+            # while .grad is the buffer's view (backward would write under the
+            # product: the user's own zero_grad kept the summed gradient there)
+            if (len(pairs) == self._calls and self.checked and self.rows_in is not None
+                    and not any(p.grad is v for p, v in zip(self.params, self.views))):
+                self.rows_in(self)
         output.register_hook(at_output)
 
     def clear(self):
         self.pairs.clear()
+        self._calls = 0
+
+    def zero(self):
+        """Zero the layer's own gradients and point .grad at them (plain: the
+        buffer's views, as every other gradient's)."""
+        if self.plain:
+            return
+        for p, own in zip(self.params, self.own):
+            own.zero_()
+            p.grad = own
+
+    def summed(self):
+        """.grad at the sum, in the buffer."""
+        for p, view in zip(self.params, self.views):
+            p.grad = view
 
     def close(self):
         self._hook.remove()
 
+    def _own_grads(self, algorithm):
+        """This rank's gradients of the range, as autograd left them, flat."""
+        out = np.zeros(self.hi - self.lo, dtype=algorithm.grad_buffer.dtype)
+        at = 0
+        for p in self.params:
+            n = p.numel()
+            if p.grad is not None:
+                out[at:at + n] = p.grad.detach().reshape(-1).numpy()
+            at += n
+        return out
+
     # -- the sum ----------------------------------------------------------------
     def start(self, algorithm, here=False):
-        """Pack this rank's rows (b_k d, then x) and gather every rank's; plain
-        for good, the range's sum as any other bucket's."""
-        self._fallback = self.plain
+        """Pack this rank's rows (b_k d, then x), gather every rank's and form
+        D^T X / b in the buffer (on the transfer thread); plain for good, the
+        range's sum as any other bucket's."""
+        self._fallback, self._formed = self.plain, False
         if self.plain:     # (nothing was captured: _forward stops once plain)
             self._start_plain(algorithm, here)
             return
@@ -139,9 +185,14 @@ class FactorBucket:
         def job():
             request = self.comm.Iallgather(MPI.IN_PLACE, [gathered, MPI.BYTE])
             mpi_async.poll(request.Test)
+            if (self._status() == FITS).all():
+                self._form(algorithm)
         self._handle = mpi_async.start(job, here=here)
 
     def _start_plain(self, algorithm, here):
+        flat = algorithm.grad_buffer.data[self.lo:self.hi]
+        if not any(p.grad is v for p, v in zip(self.params, self.views)):
+            flat[...] = self._own_grads(algorithm)
         if algorithm.compressing():
             self.dense.start_compressed(algorithm, here=here)
         else:
@@ -179,7 +230,7 @@ class FactorBucket:
         np.concatenate(ds, out=d)
         np.concatenate(xs, out=x)
         if not self.checked:
-            if not _close(self._product(d, x), algorithm.grad_buffer.data[self.lo:self.hi]):
+            if not _close(self._product(d, x), self._own_grads(algorithm)):
                 header[1] = MISMATCH
                 return
             self.checked = True
@@ -199,13 +250,42 @@ class FactorBucket:
         return (slot[HEADER:HEADER + self._nbytes(rows * self.fan_out)],
                 slot[x_at:x_at + self._nbytes(rows * self.fan_in)])
 
-    def _product(self, d, x, out=None):
+    def _header(self):
+        header = self._gathered[:, :HEADER].view(np.float64)
+        return header[:, 0].astype(np.int64), header[:, 1]
+
+    def _status(self):
+        return self._header()[1]
+
+    def _form(self, algorithm):
+        """D^T X / b and D's column sums / b into the buffer, from every
+        rank's rows (b, the summed count: its range was summed before this
+        one, on the same thread). 1/b scales X, not the product."""
+        rows, _ = self._header()
+        at = 0
+        for slot, r in zip(self._gathered, rows):
+            for rows_of, wire in zip((self._d[at:at + r], self._x[at:at + r]),
+                                     self._wires(slot, r)):
+                if self._format is None:
+                    rows_of.reshape(-1)[:] = wire.view(rows_of.dtype)
+                else:
+                    self._format.decode(wire, rows_of.reshape(-1))
+            at += r
+        scale = self._d.dtype.type(1.0 / algorithm.summed_count())
+        self._x[:at] *= scale
+        self._product(self._d[:at], self._x[:at], algorithm.grad_buffer.data[self.lo:self.hi],
+                      scale)
+        self._formed = at > 0
+
+    def _product(self, d, x, out=None, bias_scale=1):
         """The range's gradients from rows d and x: D^T X, then D's column sums."""
         out = np.empty(self.hi - self.lo, dtype=d.dtype) if out is None else out
         weight = self.fan_out * self.fan_in
         np.matmul(d.T, x, out=out[:weight].reshape(self.fan_out, self.fan_in))
         if self.with_bias:
             d.sum(axis=0, out=out[weight:])
+            if bias_scale != 1:
+                out[weight:] *= bias_scale
         return out
 
     def wait(self):
@@ -221,14 +301,12 @@ class FactorBucket:
         return self._handle is not None and self._handle.done()
 
     def finish(self, algorithm):
-        """After every bucket's sum (the count among them): D^T X / b in the
-        layer's range, or, where a header says the rows did not fit or did
-        not agree, that range summed plainly, on every rank alike."""
+        """After every bucket's sum: count the product formed, or, where a
+        header says the rows did not fit, did not agree or did not fit the
+        format, sum the range plainly (or raise), on every rank alike."""
         if self._fallback:
             return      # summed as a plain range already
-        gathered = self._gathered
-        header = gathered[:, :HEADER].view(np.float64)
-        rows, status = header[:, 0].astype(np.int64), header[:, 1]
+        rows, status = self._header()
         if (status == BEYOND).any():
             raise UsageError(
                 "compression=%s: sync %d: the rows of a Linear layer (%d x %d) hold a value "
@@ -243,21 +321,10 @@ class FactorBucket:
             self.plain = saving(len(rows), self.capacity, self.fan_in, self.fan_out,
                                 algorithm.grad_buffer.dtype.itemsize) < self.least
         else:
-            at = 0
-            for slot, r in zip(gathered, rows):
-                for rows_of, wire in zip((self._d[at:at + r], self._x[at:at + r]),
-                                         self._wires(slot, r)):
-                    if self._format is None:
-                        rows_of.reshape(-1)[:] = wire.view(rows_of.dtype)
-                    else:
-                        self._format.decode(wire, rows_of.reshape(-1))
-                at += r
-            self._product(self._d[:at], self._x[:at], algorithm.grad_buffer.data[self.lo:self.hi])
-            algorithm.unfold(self.lo, self.hi)
-            self.products += at > 0
+            self.products += self._formed
             return
         self._start_plain(algorithm, here=True)
-        self.dense.wait()
+        self.wait()
 
 
 def _close(mine, autograds):

@@ -170,6 +170,10 @@ class SyncGrad(compressed.LocalMomentum, CollectiveWorker):
         """This sync's b_k, as open_sync checked it (0 for a bad one)."""
         return self._b_k
 
+    def summed_count(self):
+        """b (at least 1), once the range carrying the count is summed."""
+        return max(float(self._wire[COUNT]), 1.0)
+
     def fold(self, lo, hi):
         """g[lo:hi] *= b_k: this rank's share of the weighted sum."""
         self.weigh(self._wire[lo:min(hi, self._wire.size + COUNT)])

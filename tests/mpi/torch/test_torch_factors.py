@@ -40,7 +40,7 @@ def batch(rank, t, rows, time_axis=0, part=0, out=OUT):
 
 
 def train(comm, factors, steps=5, rows=counts, active=lambda k, t: True, parts=1,
-          time_axis=0, extra=None, bias=True, evaluate=False, **options):
+          time_axis=0, extra=None, bias=True, evaluate=False, zero=None, **options):
     """SGD on a squared error, rows(rank, t) samples a step; returns the
     parameters (the same on every rank) and the first layer's bucket."""
     m = mlp(comm.rank, bias)
@@ -49,7 +49,10 @@ def train(comm, factors, steps=5, rows=counts, active=lambda k, t: True, parts=1
     for t in range(steps):
         if not active(comm.rank, t):
             break
-        opt.zero_grad()
+        if zero is None:
+            opt.zero_grad()
+        else:       # the model's own: .grad dropped, or zeroed where it is
+            m.zero_grad(set_to_none=zero)
         opt.samples = rows(comm.rank, t)
         for part in range(parts):
             x, y = batch(comm.rank, t, rows(comm.rank, t), time_axis, part)
@@ -90,6 +93,51 @@ def test_the_factors_give_the_plain_sums_weighted_by_uneven_counts(comm, bias):
     assert not bucket.plain and bucket.checked
     assert bucket.capacity == 6
     assert bucket.products == 4     # the first step learns the slot's rows
+
+
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_the_models_own_zero_grad_too(comm, set_to_none):
+    """model.zero_grad(): torch's new tensors, or the buffer's views zeroed
+    in place (then backward writes into the buffer, and the gather waits
+    for the layer's gradients to land before the product is formed there)."""
+    bucket = same_as_plain(comm, zero=set_to_none)
+    assert bucket.products == 4 and not bucket.plain
+
+
+def deep(seed):
+    """Two layers worth their rows, the second's bucket not the last."""
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(FAN_IN, HIDDEN), torch.nn.Tanh(),
+                               torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.Tanh(),
+                               torch.nn.Linear(HIDDEN, OUT))
+
+
+def test_backward_never_writes_under_the_product(comm):
+    """With .grad the buffer's view (the model's own in-place zero_grad),
+    the middle layer's gather must not leave before its gradient lands
+    there: a hook between the two (its rows in, its own backward not yet
+    run) waits for the gather, which must not come."""
+    def run(factors):
+        m = deep(comm.rank)
+        sync = psgd.torch.create("syncgrad", m, comm=comm, factors=factors)
+        opt = psgd.torch.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=LR), sync)
+        middle = [b for b in sync.buckets.factor_buckets if 2 in b.members]
+        for t in range(4):
+            m.zero_grad(set_to_none=False)
+            x, y = batch(comm.rank, t, counts(comm.rank, 0))
+            opt.samples = len(x)
+            hidden = m[2](m[1](m[0](x)))
+            if t == 3 and middle:
+                def hold(grad, bucket=middle[0]):
+                    deadline = time.monotonic() + 0.5
+                    while not bucket.done() and time.monotonic() < deadline:
+                        time.sleep(0.001)
+                hidden.register_hook(hold)
+            (0.5 * ((m[4](m[3](hidden)) - y) ** 2).mean()).backward()
+            opt.step()
+        opt.stop()
+        return np.concatenate([p.detach().numpy().ravel() for p in m.parameters()])
+    np.testing.assert_allclose(run(True), run(False), rtol=1e-5, atol=1e-6)
 
 
 def test_rows_beyond_the_slot_are_summed_plainly_once_then_fit(comm):
@@ -137,18 +185,17 @@ def test_a_weight_used_outside_its_layer_is_summed_plainly_for_good(comm):
     assert bucket.plain and bucket.products == 0
 
 
-def test_the_gather_leaves_while_backward_still_runs(comm):
-    """The first layer's input gradient is computed after its weight's:
-    a hook there waits, inside backward, for the gather that started when
-    the weight landed."""
-    torch.manual_seed(0)
-    m = torch.nn.Sequential(torch.nn.Linear(FAN_IN, HIDDEN), torch.nn.Tanh(),
-                            torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.Tanh(),
-                            torch.nn.Linear(HIDDEN, OUT))
+def test_the_gather_leaves_before_the_layer_computes_its_own_gradients(comm):
+    """Once checked, a layer's gather starts as soon as the gradient at its
+    output is in, before its weight's gradient lands; and it arrives while
+    backward still runs: a hook on the first layer's input (computed last)
+    waits, inside backward, for it."""
+    m = deep(0)
+    started, seen = [], []      # (a hook made before psgd's runs before them)
+    m[2].weight.register_post_accumulate_grad_hook(lambda p: started.append(middle.started))
     sync = psgd.torch.create("syncgrad", m, comm=comm, factors=True)
     opt = psgd.torch.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=LR), sync)
     middle = [b for b in sync.buckets.factor_buckets if b.members[0] == 2][0]
-    seen = []
 
     def later(grad):
         deadline = time.monotonic() + 20
@@ -166,6 +213,8 @@ def test_the_gather_leaves_while_backward_still_runs(comm):
         if hook is not None:
             hook.remove()
     opt.stop()
+    # step 0 learns the rows, step 1 checks them as the weight lands, step 2 leaves early
+    assert started == [False, False, True]
     assert seen == [True] and middle.products == 2
 
 
