@@ -227,14 +227,19 @@ class FactorBucket:
         if not rows:
             return
         d, x = self._d[:rows], self._x[:rows]          # (the gathered rows' room, free now)
-        np.concatenate(ds, out=d)
         np.concatenate(xs, out=x)
-        if not self.checked:
+        if self.checked:            # b_k d, this rank's share of the sum, in one pass
+            at, b_k = 0, d.dtype.type(algorithm.count)
+            for part in ds:
+                np.multiply(part, b_k, out=d[at:at + len(part)])
+                at += len(part)
+        else:
+            np.concatenate(ds, out=d)
             if not _close(self._product(d, x), self._own_grads(algorithm)):
                 header[1] = MISMATCH
                 return
             self.checked = True
-        algorithm.weigh(d)         # b_k d: this rank's share of the weighted sum
+            algorithm.weigh(d)
         for rows_of, wire in zip((d, x), self._wires(slot, rows)):
             if self._format is None:
                 wire.view(rows_of.dtype)[:] = rows_of.reshape(-1)
