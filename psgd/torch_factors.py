@@ -8,8 +8,10 @@ every rank gathers everyone's, and every rank forms the same sum
 
     G = D^T X,   D = [b_0 d_0; b_1 d_1; ...],  X = [x_0; x_1; ...]
 
-in one matrix product, divided by the summed count afterwards like any other
-range of the gradients (Fixes 8). That is "sufficient factor broadcasting"
+in one matrix product, over the summed count b (Fixes 8: the count's bucket
+is summed before, so 1/b scales X instead of a pass over the weight). The
+gather leaves as soon as every forward call's d is in, before backward
+computes the layer's own products. That is "sufficient factor broadcasting"
 (Xie et al., arXiv 1512.04123; Zhang et al., Poseidon, USENIX ATC 2017).
 Across all hosts' links it moves P * rows * (in + out) numbers where an
 allreduce must move 2 * in * out, whatever the number of hosts: a layer is
