@@ -227,6 +227,10 @@ class FactorBucket:
             header[1] = OVERFLOW
             return
         if not rows:
+            # no forward call, yet a gradient: the weight is used without the
+            # layer's forward (F.linear on it, MultiheadAttention's out_proj)
+            if algorithm.count and self._own_grads(algorithm).any():
+                header[1] = MISMATCH
             return
         d, x = self._d[:rows], self._x[:rows]          # (the gathered rows' room, free now)
         np.concatenate(xs, out=x)

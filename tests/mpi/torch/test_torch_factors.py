@@ -185,6 +185,41 @@ def test_a_weight_used_outside_its_layer_is_summed_plainly_for_good(comm):
     assert bucket.plain and bucket.products == 0
 
 
+class Functional(torch.nn.Module):
+    """A Linear layer whose weight is used without its forward (as
+    MultiheadAttention uses its out_proj): no rows, yet a gradient."""
+
+    def __init__(self, seed):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.fc = torch.nn.Linear(FAN_IN, OUT)
+        self.wide = torch.nn.Linear(FAN_IN, FAN_IN)
+
+    def forward(self, x):
+        return torch.nn.functional.linear(torch.tanh(self.wide(x)), self.fc.weight, self.fc.bias)
+
+
+def test_a_weight_used_without_its_layers_forward_is_summed_plainly(comm):
+    def run(factors):
+        m = Functional(comm.rank)
+        sync = psgd.torch.create("syncgrad", m, comm=comm, factors=factors)
+        opt = psgd.torch.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=LR), sync)
+        for t in range(4):
+            x, y = batch(comm.rank, t, counts(comm.rank, t))
+            opt.zero_grad()
+            opt.samples = len(x)
+            (0.5 * ((m(x) - y) ** 2).mean()).backward()
+            opt.step()
+        opt.stop()
+        return (np.concatenate([p.detach().numpy().ravel() for p in m.parameters()]),
+                {tuple(b.members): b for b in sync.buckets.factor_buckets})
+    got, buckets = run(True)
+    plain, _ = run(False)
+    np.testing.assert_allclose(got, plain, rtol=1e-5, atol=1e-6)
+    assert buckets[(0, 1)].plain and buckets[(0, 1)].products == 0      # fc: no rows ever
+    assert buckets[(2, 3)].products == 3                                # wide: its rows
+
+
 def test_the_gather_leaves_before_the_layer_computes_its_own_gradients(comm):
     """Once checked, a layer's gather starts as soon as the gradient at its
     output is in, before its weight's gradient lands; and it arrives while
