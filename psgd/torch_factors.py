@@ -286,7 +286,7 @@ class FactorBucket:
         self._x[:at] *= scale
         self._product(self._d[:at], self._x[:at], algorithm.grad_buffer.data[self.lo:self.hi],
                       scale)
-        self._formed = at > 0
+        self._formed = bool(at)
 
     def _product(self, d, x, out=None, bias_scale=1):
         """The range's gradients from rows d and x: D^T X, then D's column sums."""
