@@ -87,12 +87,19 @@ class Bmuf(compressed.MomentumShares, CollectiveWorker):
             super()._compressed_average(weight, then)
             return
         # e_k += c_k in one pass, then the filter on G itself (the contract's
-        # D <- eta D + zeta G) in one: s is never stored, nor G rounded to s + G
+        # D <- eta D + zeta G) in one: s is never stored, nor G rounded to s +
+        # G; each piece by piece, beside the quantizer's pass over it
         w, w_g, D = self.buffer.data, self.global_model.data, self.block_momentum_buffer.data
-        kernels.bmuf_contribution(self.compressed.residual, w, w_g, D, self.start, weight)
-        self.compressed.sum(w, self.syncs)
-        kernels.bmuf_update_delta(w, w_g, D, self.block_momentum, self.block_lr,
-                                  self.block_momentum if self.nesterov else None)
+        e, look = self.compressed.residual, self.block_momentum if self.nesterov else None
+
+        def contribute(lo, hi):
+            kernels.bmuf_contribution(e[lo:hi], w[lo:hi], w_g[lo:hi], D[lo:hi], self.start,
+                                      weight)
+
+        def filter_g(lo, hi):
+            kernels.bmuf_update_delta(w[lo:hi], w_g[lo:hi], D[lo:hi], self.block_momentum,
+                                      self.block_lr, look)
+        self.compressed.sum(w, self.syncs, before=contribute, after=filter_g)
 
     def _feed_share(self, weight):
         # D_k <- eta D_k + zeta c_k;  e_k += D_k   (one pass, c_k never stored)

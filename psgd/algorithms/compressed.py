@@ -175,12 +175,23 @@ class Compression:
         """Whether sync number `sync` (from 0) is compressed."""
         return sync >= self.start
 
-    def sum(self, out, sync, count=0, bad=0, at=0, wait=None):
+    def sum(self, out, sync, count=0, bad=0, at=0, wait=None, before=None, after=None):
         """out <- G of the part starting at element `at` (the whole buffer
         unless split); (sum of count, sum of bad) exactly. An overflow on any
         rank is a UsageError on every rank, naming the sync (from 1).
-        `wait`: StripedSum.sum's."""
-        count, bad, overflow = self.parts[at].sum(out, count, bad, wait)
+        `wait`: StripedSum.sum's. before(lo, hi) adds c_k to e_k[lo:hi] and
+        after(lo, hi) updates out[lo:hi] once G is there: piece by piece
+        where the sum is the flat striped one (each piece in cache for the
+        quantizer's pass and the algorithm's), else all at once."""
+        part = self.parts[at]
+        if isinstance(part, StripedSum):
+            count, bad, overflow = part.sum(out, count, bad, wait, before, after)
+        else:
+            if before is not None:
+                before(0, out.size)
+            count, bad, overflow = part.sum(out, count, bad, wait)
+            if after is not None and not overflow:
+                after(0, out.size)
         if overflow:
             raise UsageError(
                 "compression=%s: sync %d has a value beyond %s, an inf or a NaN (the model "

@@ -57,10 +57,25 @@ class OneBit:
         if lo + whole < hi:
             yield lo + whole, hi, hi - lo - whole
 
-    def encode(self, u, wire):
-        """Q(u) into wire, u <- u - D(Q(u)); False when a value is not finite."""
-        bits, means = self._parts(wire, u.size)
-        if one_bit_loops.LOOPS.ready(u.size):
+    @property
+    def align(self):
+        """Where a range of a stripe may start: whole blocks, whole bytes of bits."""
+        return np.lcm(self.block, 8)
+
+    def _range(self, wire, n, lo, hi):
+        """The bits and means of elements [lo, hi) of the wire of n elements."""
+        bits, means = self._parts(wire, n)
+        return bits[lo // 8:(hi + 7) // 8], means[lo // self.block:-(-hi // self.block)]
+
+    def encode(self, u, wire, lo=0, hi=None):
+        """Q(u[lo:hi]) into its place in the wire of all of u (lo on
+        `align`), u[lo:hi] <- u - D(Q(u)); False when a value is not finite.
+        Compiled or not as all of u would be."""
+        hi = u.size if hi is None else hi
+        compiled = one_bit_loops.LOOPS.ready(u.size)
+        bits, means = self._range(wire, u.size, lo, hi)
+        u = u[lo:hi]
+        if compiled:
             one_bit_loops.one_bit_encode(u, bits, means, self.block, self.step)
             return bool(np.isfinite(means).all())
         s = _Scratch(self.scratch, min(u.size, self.step), u.dtype)
@@ -99,9 +114,13 @@ class OneBit:
             return _bitwise_count(row_bytes).sum(axis=1, dtype=np.int64)
         return up[a:b].reshape(-1, width).view(np.uint8).sum(axis=1, dtype=np.int64)
 
-    def decode(self, wire, out, add=False):
-        bits, means = self._parts(wire, out.size)
-        if one_bit_loops.LOOPS.ready(out.size):
+    def decode(self, wire, out, add=False, lo=0, hi=None):
+        """D of elements [lo, hi) of the wire of all of out into out[lo:hi]."""
+        hi = out.size if hi is None else hi
+        compiled = one_bit_loops.LOOPS.ready(out.size)
+        bits, means = self._range(wire, out.size, lo, hi)
+        out = out[lo:hi]
+        if compiled:
             one_bit_loops.one_bit_decode(bits, means, out, add, self.block)
             return
         s = _Scratch(self.scratch, min(out.size, self.step), out.dtype)

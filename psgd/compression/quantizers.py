@@ -49,6 +49,20 @@ class _TwoBytes:
     def nbytes(self, n):
         return 2 * n
 
+    align = 1       # a range of a stripe may start anywhere
+
+    def encode(self, u, wire, lo=0, hi=None):
+        """Q(u[lo:hi]) into its place in the wire of all of u, u[lo:hi] <-
+        u - D(Q(u)); False when a value overflowed. Compiled or not as all
+        of u would be."""
+        hi = u.size if hi is None else hi
+        return self._encode(u[lo:hi], wire[2 * lo:2 * hi], u.size)
+
+    def decode(self, wire, out, add=False, lo=0, hi=None):
+        """D of elements [lo, hi) of the wire of all of out into out[lo:hi]."""
+        hi = out.size if hi is None else hi
+        self._decode(wire[2 * lo:2 * hi], out[lo:hi], add, out.size)
+
 
 class Fp16(_TwoBytes):
     """IEEE half precision, rounded to nearest even. The NumPy passes work
@@ -58,12 +72,11 @@ class Fp16(_TwoBytes):
     conversion instructions do it where it has them (half_cast.py)."""
     name = "fp16"
 
-    def encode(self, u, wire):
-        """Q(u) into wire, u <- u - D(Q(u)); False when a value overflowed."""
+    def _encode(self, u, wire, whole):
         half, ok = wire[:2 * u.size].view(np.uint16), True
-        if half_cast.LOOPS.ready(u.size):
+        if half_cast.LOOPS.ready(whole):
             return half_cast.fp16_encode(u, half)
-        if compiled.LOOPS.ready(u.size):
+        if compiled.LOOPS.ready(whole):
             return compiled.fp16_encode(u, half, BLOCK // 8)
         (f32,), (where,) = self._arrays(u.size, "f", np.float32), self._arrays(u.size, "w", bool)
         a, b, c, d = self._arrays(u.size, "abcd")
@@ -78,11 +91,11 @@ class Fp16(_TwoBytes):
                 u[lo:hi] -= _from_half_bits(bits, b[:k], c[:k], d[:k], where[:k]).view(np.float32)
         return ok
 
-    def decode(self, wire, out, add=False):
+    def _decode(self, wire, out, add, whole):
         half = wire[:2 * out.size].view(np.uint16)
-        if half_cast.LOOPS.ready(out.size):
+        if half_cast.LOOPS.ready(whole):
             return half_cast.fp16_decode(half, out, add)
-        if compiled.LOOPS.ready(out.size):
+        if compiled.LOOPS.ready(whole):
             return compiled.fp16_decode(half, out, add)
         a, b, c, d = self._arrays(out.size, "abcd")
         (where,) = self._arrays(out.size, "w", bool)
@@ -176,9 +189,9 @@ class Bf16(_TwoBytes):
     add 0x7FFF + ((bits >> 16) & 1) to the bits, keep the upper half."""
     name = "bf16"
 
-    def encode(self, u, wire):
+    def _encode(self, u, wire, whole):
         top, ok = wire[:2 * u.size].view(np.uint16), True
-        if compiled.LOOPS.ready(u.size):
+        if compiled.LOOPS.ready(whole):
             return compiled.bf16_encode(u, top)
         (f32,), (r,) = self._arrays(u.size, "f", np.float32), self._arrays(u.size, "r")
         with np.errstate(over="ignore", invalid="ignore"):
@@ -198,9 +211,9 @@ class Bf16(_TwoBytes):
                 u[lo:hi] -= rs.view(np.float32)
         return ok
 
-    def decode(self, wire, out, add=False):
+    def _decode(self, wire, out, add, whole):
         top = wire[:2 * out.size].view(np.uint16)
-        if compiled.LOOPS.ready(out.size):
+        if compiled.LOOPS.ready(whole):
             return compiled.bf16_decode(top, out, add)
         (r,) = self._arrays(out.size, "r")
         for lo, hi in _blocks(out.size):

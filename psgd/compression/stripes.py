@@ -20,6 +20,7 @@ from .feedback import ErrorFeedback
 
 HEADER = 3          # int64: [count, bad counts, overflows]
 HEADER_BYTES = 8 * HEADER
+PIECE = 1 << 17     # elements: psgd/jit.py's MIN_SIZE, so a piece's passes are compiled
 
 
 def stripe_bounds(n, P):
@@ -39,13 +40,30 @@ def wire_layout(size, P, quantizer):
     return bounds, sizes, np.cumsum([0] + sizes[:-1]).tolist()
 
 
-def decode_gathered(quantizer, wire, layout, out):
-    """out <- concat_j D(p_j) from a wire holding every p_j; the headers'
-    (sum of count, sum of bad, overflows)."""
+def pieces(quantizer, n):
+    """[(lo, hi)] of n elements in pieces of about PIECE, each starting
+    where the quantizer allows a range to: an algorithm's pass over a piece
+    and the quantizer's over it meet it while it is in cache."""
+    step = -(-PIECE // quantizer.align) * quantizer.align
+    return [(a, min(a + step, n)) for a in range(0, n, step)]
+
+
+def decode_gathered(quantizer, wire, layout, out, after=None):
+    """out <- concat_j D(p_j) from a wire holding every p_j, piece by piece,
+    after(lo, hi) on each piece of out as it is decoded (not where a header
+    says a value overflowed: the caller raises, the algorithm's state as it
+    was); the headers' (sum of count, sum of bad, overflows)."""
     result = np.zeros(HEADER, np.int64)
-    for (lo, hi), size, offset in zip(*layout):
+    for size, offset in zip(*layout[1:]):
         result += wire[offset:offset + HEADER_BYTES].view(np.int64)
-        quantizer.decode(wire[offset + HEADER_BYTES:offset + size], out[lo:hi])
+    if result[2]:
+        after = None
+    for (lo, hi), size, offset in zip(*layout):
+        payload, stripe = wire[offset + HEADER_BYTES:offset + size], out[lo:hi]
+        for a, b in pieces(quantizer, hi - lo):
+            quantizer.decode(payload, stripe, lo=a, hi=b)
+            if after is not None:
+                after(lo + a, lo + b)
     # every owner's header holds the sum over all senders: count once
     P = len(layout[0])
     return int(result[0]) // P, int(result[1]) // P, int(result[2])
@@ -80,17 +98,23 @@ class StripedSum:
     def _payload(self, wire, offset, size):
         return wire[offset + HEADER_BYTES:offset + size]
 
-    def sum(self, out, count=0, bad=0, wait=None):
+    def sum(self, out, count=0, bad=0, wait=None, before=None, after=None):
         """out <- G = concat_j D(p_j), where u_k = feedback.worker (the
-        caller added c_k to it: e_k <- u_k - D(q_k) here). `count`, `bad`:
-        summed exactly in the headers. `wait(request)`: completes each of
-        the two collectives (default: MPI's Wait; psgd's transfer thread
-        passes a poll that sleeps between tests, so it leaves the cores to
-        backward). Returns (sum of count, sum of bad, overflows)."""
+        caller added c_k to it, or before(lo, hi) adds it to each piece just
+        before it is encoded: e_k <- u_k - D(q_k) here; after(lo, hi) runs
+        on each piece of out as it is decoded). `count`, `bad`: summed
+        exactly in the headers. `wait(request)`: completes each of the two
+        collectives (default: MPI's Wait; psgd's transfer thread passes a
+        poll that sleeps between tests, so it leaves the cores to backward).
+        Returns (sum of count, sum of bad, overflows)."""
         wait = wait or MPI.Request.Wait
         e, ok = self.feedback.worker, True
         for (lo, hi), offset, size in zip(self.bounds, self.offsets, self.sizes):
-            ok = self.q.encode(e[lo:hi], self._payload(self.send, offset, size)) and ok
+            payload, stripe = self._payload(self.send, offset, size), e[lo:hi]
+            for a, b in pieces(self.q, hi - lo):
+                if before is not None:
+                    before(lo + a, lo + b)
+                ok = self.q.encode(stripe, payload, a, b) and ok
             self._header(self.send, offset)[:] = (count, bad, not ok)
         mine = self.sizes[self.rank]
         wait(self.comm.Ialltoallv([self.send, (self.sizes, self.offsets), MPI.BYTE],
@@ -108,4 +132,4 @@ class StripedSum:
         self._header(self.gathered, own)[:] = totals
         wait(self.comm.Iallgatherv(MPI.IN_PLACE, [self.gathered, (self.sizes, self.offsets),
                                                   MPI.BYTE]))
-        return decode_gathered(self.q, self.gathered, self.layout, out)
+        return decode_gathered(self.q, self.gathered, self.layout, out, after)

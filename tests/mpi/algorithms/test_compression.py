@@ -137,3 +137,35 @@ def test_a_plain_checkpoint_resumes_compressed(comm):
     assert resumed.start_model.data.tobytes() == resumed.buffer.data.tobytes()
     for obj in (plain, resumed):
         obj.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_bmuf_piece_by_piece_gives_the_bits_of_whole_passes(comm, kind):
+    """bmuf's contribution and filter run on each piece of the striped sum
+    as the quantizer meets it (psgd/compression/stripes.py): over a buffer
+    of several pieces a stripe, the bits of the whole passes before and
+    after the sum (the sum told to take no pieces)."""
+    rank, n = comm.Get_rank(), 700001
+    start = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    syncs = []
+    for whole in (False, True):
+        sync = psgd.create("bmuf", [start.copy()], comm=comm, compression=kind,
+                           compression_block=64)
+        if whole:
+            pieced = sync.compressed.sum
+
+            def at_once(out, at_sync, before=None, after=None, **kw):
+                before(0, out.size)
+                result = pieced(out, at_sync, **kw)
+                after(0, out.size)
+                return result
+            sync.compressed.sum = at_once
+        seen = []
+        for t in range(3):
+            sync.buffer.data[:] += np.random.default_rng([rank, t]).standard_normal(n).astype(
+                np.float32) * np.float32(1e-2)
+            sync.synchronize(10 + rank)
+            seen.append(sync.buffer.data.tobytes())
+        syncs.append(seen)
+        sync.close()
+    assert comm.allgather(syncs[0] == syncs[1]) == [True] * comm.Get_size()

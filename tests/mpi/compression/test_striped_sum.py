@@ -20,8 +20,10 @@ def contribution(k, sync, n, dtype):
 
 
 @pytest.mark.parametrize("kind", KINDS)
+# 700001: stripes of several pieces (stripes.PIECE), compiled passes
 @pytest.mark.parametrize("n,dtype,block", [(1, np.float32, 512), (1031, np.float32, 64),
-                                           (5003, np.float64, 512), (4096, np.float32, 7)])
+                                           (5003, np.float64, 512), (4096, np.float32, 7),
+                                           (700001, np.float32, 7), (700001, np.float32, 512)])
 def test_every_rank_decodes_the_replayed_bytes(comm, kind, n, dtype, block):
     P, rank = comm.Get_size(), comm.Get_rank()
     striped = StripedSum(comm, n, dtype, quantizer(kind, block))
@@ -43,6 +45,37 @@ def test_every_rank_decodes_the_replayed_bytes(comm, kind, n, dtype, block):
         everyone = comm.allgather(checks)
         assert [c[:4] for c in everyone] == [(True,) * 4] * P, (sync, everyone)
         assert len({c[4] for c in everyone}) == 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_callers_passes_piece_by_piece_give_the_bits_of_whole_ones(comm, kind):
+    """before(lo, hi) adding c_k to each piece as it is encoded and
+    after(lo, hi) updating each as it is decoded: the bits of adding all of
+    c_k first and updating all of G after."""
+    P, rank, n = comm.Get_size(), comm.Get_rank(), 700001
+    whole = StripedSum(comm, n, np.float32, quantizer(kind, 512))
+    pieced = StripedSum(comm, n, np.float32, quantizer(kind, 512))
+    got, want, seen = np.empty(n, np.float32), np.empty(n, np.float32), []
+    for sync in range(3):
+        c = contribution(rank, sync, n, np.float32)
+        whole.feedback.worker += c
+        whole.sum(want)
+        want *= np.float32(0.5)
+
+        def before(lo, hi):
+            pieced.feedback.worker[lo:hi] += c[lo:hi]
+
+        def after(lo, hi):
+            seen.append((lo, hi))
+            got[lo:hi] *= np.float32(0.5)
+        pieced.sum(got, before=before, after=after)
+        checks = (got.tobytes() == want.tobytes(),
+                  pieced.feedback.worker.tobytes() == whole.feedback.worker.tobytes(),
+                  pieced.feedback.owner.tobytes() == whole.feedback.owner.tobytes())
+        assert comm.allgather(checks) == [(True,) * 3] * P, sync
+    pieces = sorted(set(seen))      # the same each sync, several a stripe, tiling the buffer
+    assert len(seen) == 3 * len(pieces) and len(pieces) > P
+    assert [b for _, b in pieces[:-1]] == [a for a, _ in pieces[1:]] and pieces[-1][1] == n
 
 
 @pytest.mark.parametrize("kind", KINDS)
