@@ -7,7 +7,7 @@ hold only their math.
 import numpy as np
 from mpi4py import MPI
 
-from .. import agreement, mpi, nccl, pipeline, trace
+from .. import agreement, kernels, mpi, nccl, pipeline, trace
 from ..compression.feedback import is_residual
 from ..errors import UsageError
 from .sample_count import check_count
@@ -352,13 +352,18 @@ class CollectiveWorker(compressed.Compressing, Algorithm):
         pipeline.allreduce(self.exchange, before=scale, after=then)
 
     def _compressed_average(self, weight, then):
-        """w <- s + G, G the compressed sum of c_k = weight * (w_k - s)."""
-        w, s = self.buffer.data, self.start_point()
-        self.compressed.add_delta(w, s, weight)
-        self.compressed.sum(w, self.syncs)
-        w += s
-        if then:
-            then(0, w.size)
+        """w <- s + G, G the compressed sum of c_k = weight * (w_k - s),
+        piece by piece (every piece's c_k reads w before any is summed)."""
+        w, s, e = self.buffer.data, self.start_point(), self.compressed.residual
+
+        def contribute(lo, hi):
+            kernels.add_scaled_difference(e[lo:hi], w[lo:hi], s[lo:hi], weight)
+
+        def step(lo, hi):
+            w[lo:hi] += s[lo:hi]
+            if then:
+                then(lo, hi)
+        self.compressed.sum(w, self.syncs, before=contribute, after=step)
 
     def start_point(self):
         """An array holding s, the model every rank started this block from:

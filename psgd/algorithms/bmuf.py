@@ -83,14 +83,24 @@ class Bmuf(compressed.MomentumShares, CollectiveWorker):
                             self.block_momentum, self.block_lr, self.nesterov, self.start)
 
     def _compressed_average(self, weight, then):
+        w, w_g, D = self.buffer.data, self.global_model.data, self.block_momentum_buffer.data
+        e, look = self.compressed.residual, self.block_momentum if self.nesterov else None
         if self.shares_momentum:
-            super()._compressed_average(weight, then)
+            # D_k and its step into e_k, then w_g and w from D = sum_k D_k,
+            # piece by piece (every piece's share reads D before any is summed)
+            share = self.share.data
+
+            def feed(lo, hi):
+                kernels.bmuf_share(e[lo:hi], share[lo:hi], w[lo:hi], w_g[lo:hi], D[lo:hi],
+                                   self.start, weight, self.block_momentum, self.block_lr)
+
+            def apply(lo, hi):
+                kernels.bmuf_apply(w[lo:hi], w_g[lo:hi], D[lo:hi], look)
+            self.compressed.sum(D, self.syncs, before=feed, after=apply)
             return
         # e_k += c_k in one pass, then the filter on G itself (the contract's
         # D <- eta D + zeta G) in one: s is never stored, nor G rounded to s +
         # G; each piece by piece, beside the quantizer's pass over it
-        w, w_g, D = self.buffer.data, self.global_model.data, self.block_momentum_buffer.data
-        e, look = self.compressed.residual, self.block_momentum if self.nesterov else None
 
         def contribute(lo, hi):
             kernels.bmuf_contribution(e[lo:hi], w[lo:hi], w_g[lo:hi], D[lo:hi], self.start,
@@ -100,19 +110,6 @@ class Bmuf(compressed.MomentumShares, CollectiveWorker):
             kernels.bmuf_update_delta(w[lo:hi], w_g[lo:hi], D[lo:hi], self.block_momentum,
                                       self.block_lr, look)
         self.compressed.sum(w, self.syncs, before=contribute, after=filter_g)
-
-    def _feed_share(self, weight):
-        # D_k <- eta D_k + zeta c_k;  e_k += D_k   (one pass, c_k never stored)
-        kernels.bmuf_share(self.compressed.residual, self.share.data, self.buffer.data,
-                           self.global_model.data, self.block_momentum_buffer.data,
-                           self.start, weight, self.block_momentum, self.block_lr)
-
-    def _apply_shared_sum(self):
-        D = self.block_momentum_buffer.data
-        self.compressed.sum(D, self.syncs)           # D <- sum_k D_k
-        # w_g <- w_g + D;  w <- w_g + eta D  (nesterov)  or  w_g
-        kernels.bmuf_apply(self.buffer.data, self.global_model.data, D,
-                           self.block_momentum if self.nesterov else None)
 
     def _share_step(self, weight):
         """D_k <- eta D_k + zeta c_k; returns D_k."""

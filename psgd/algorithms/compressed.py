@@ -10,7 +10,6 @@ stripes.py): still one exchange per sync and no other collective.
 """
 import numpy as np
 
-from .. import kernels
 from ..backend import to_numpy
 from ..compression import KINDS, StripedSum, quantizer
 from ..compression.device import DeviceSum
@@ -203,10 +202,6 @@ class Compression:
         """e_k += x (a momentum share's step, compression_momentum=local)."""
         e = self.residual
         e += x
-
-    def add_delta(self, w, s, weight):
-        """e_k += weight * (w - s)."""
-        kernels.add_scaled_difference(self.residual, w, s, weight)
 
     def _feedbacks(self):
         return [self.parts[lo].feedback for lo in sorted(self.parts)]

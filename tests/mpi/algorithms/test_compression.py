@@ -139,18 +139,23 @@ def test_a_plain_checkpoint_resumes_compressed(comm):
         obj.close()
 
 
+PIECED = [("bmuf", {}), ("bmuf", {"compression_momentum": "local"}), ("bsp", {}),
+          ("sod", {})]
+
+
 @pytest.mark.parametrize("kind", KINDS)
-def test_bmuf_piece_by_piece_gives_the_bits_of_whole_passes(comm, kind):
-    """bmuf's contribution and filter run on each piece of the striped sum
-    as the quantizer meets it (psgd/compression/stripes.py): over a buffer
-    of several pieces a stripe, the bits of the whole passes before and
-    after the sum (the sum told to take no pieces)."""
+@pytest.mark.parametrize("name,options", PIECED)
+def test_piece_by_piece_gives_the_bits_of_whole_passes(comm, kind, name, options):
+    """An algorithm's passes before and after the sum run on each piece of
+    the striped sum as the quantizer meets it (psgd/compression/stripes.py):
+    over a buffer of several pieces a stripe, the bits of the whole passes
+    before and after the sum (the sum told to take no pieces)."""
     rank, n = comm.Get_rank(), 700001
     start = np.random.default_rng(0).standard_normal(n).astype(np.float32)
     syncs = []
     for whole in (False, True):
-        sync = psgd.create("bmuf", [start.copy()], comm=comm, compression=kind,
-                           compression_block=64)
+        sync = psgd.create(name, [start.copy()], comm=comm, compression=kind,
+                           compression_block=64, **options)
         if whole:
             pieced = sync.compressed.sum
 
