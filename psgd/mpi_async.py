@@ -48,6 +48,26 @@ class Handle:
             self._finished.set()
 
 
+class InFlight:
+    """What carries one transfer at a time as a Handle in `_handle` (psgd.torch's
+    buckets): wait() for it, and whether it was started and is done."""
+
+    _handle = None
+
+    def wait(self):
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            handle.wait()
+
+    @property
+    def started(self):
+        return self._handle is not None
+
+    def done(self):
+        """Whether its transfer has arrived (tests ask while backward runs)."""
+        return self._handle is not None and self._handle.done()
+
+
 def threaded():
     """Whether transfers run on the transfer thread (MPI allows it)."""
     return MPI.Query_thread() >= MPI.THREAD_MULTIPLE

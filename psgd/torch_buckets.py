@@ -26,7 +26,7 @@ import math
 import numbers
 from contextlib import contextmanager
 
-from . import mpi
+from . import mpi, mpi_async
 from .errors import UsageError
 from .torch_factors import FactorBucket
 
@@ -47,7 +47,7 @@ def bucket_bytes(bucket_mb, needs_grads):
     return int(bucket_mb * 2 ** 20)
 
 
-class Bucket:
+class Bucket(mpi_async.InFlight):
     """Elements [lo, hi) of the gradient buffer, and the parameters whose
     gradients lie there. start() sends it, wait() returns once its sum
     (divided by the summed count) is in place. Compressed, the algorithm
@@ -55,7 +55,6 @@ class Bucket:
 
     def __init__(self, exchange, lo, hi, members):
         self.exchange, self.lo, self.hi, self.members = exchange, lo, hi, members
-        self._handle = None
 
     def start(self, before, after, here=False):
         """`here`: in the caller, at once (it would only wait anyway)."""
@@ -67,19 +66,6 @@ class Bucket:
     def _shifted(self, before, after):
         lo = self.lo
         return (lambda a, b: before(lo + a, lo + b)), (lambda a, b: after(lo + a, lo + b))
-
-    def wait(self):
-        handle, self._handle = self._handle, None
-        if handle is not None:
-            handle.wait()
-
-    @property
-    def started(self):
-        return self._handle is not None
-
-    def done(self):
-        """Whether its sum has arrived (tests ask while backward runs)."""
-        return self._handle is not None and self._handle.done()
 
 
 def layout(sizes, tail, itemsize, bucket_bytes, factored=()):

@@ -87,7 +87,7 @@ def fingerprint():
         np.__version__, blas, cpu, os.environ.get("OPENBLAS_NUM_THREADS", ""))
 
 
-class FactorBucket:
+class FactorBucket(mpi_async.InFlight):
     """One Linear layer: its weight's gradient, and its bias's where the bias
     lies right behind it (G_b = the column sums of D), elements [lo, hi) of
     the gradient buffer, summed through the layer's rows while that is
@@ -116,7 +116,6 @@ class FactorBucket:
         self._calls = 0                 # forward calls since the sum whose rows will come
         self.rows_in = None             # the buckets' call once they have (Buckets)
         self._gathered = self._d = self._x = self._format = self._itemsize = None
-        self._handle = None
         self._fallback = self._formed = False
         self._hook = module.register_forward_hook(self._forward)
 
@@ -298,18 +297,6 @@ class FactorBucket:
             if bias_scale != 1:
                 out[weight:] *= bias_scale
         return out
-
-    def wait(self):
-        handle, self._handle = self._handle, None
-        if handle is not None:
-            handle.wait()
-
-    @property
-    def started(self):
-        return self._handle is not None
-
-    def done(self):
-        return self._handle is not None and self._handle.done()
 
     def finish(self, algorithm):
         """After every bucket's sum: count the product formed, or, where a

@@ -21,6 +21,15 @@ def flat(tensors):
     return np.concatenate([t.detach().cpu().numpy().ravel() for t in tensors])
 
 
+def agreed(comm, tensors):
+    """flat(tensors), the same bits on every rank (the replicas stay identical)."""
+    got = flat(tensors)
+    everyone = np.empty((comm.size, got.size), dtype=got.dtype)
+    comm.Allgather(got, everyone)
+    assert (everyone == everyone[0]).all()
+    return got
+
+
 def targets(model, rank, t):
     """The point rank `rank` pulls toward in step t, one array per parameter."""
     rng = np.random.default_rng(1000 * rank + t)

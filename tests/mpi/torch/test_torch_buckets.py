@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import psgd  # noqa: E402
 import psgd.torch  # noqa: E402
-from torch_models import LR  # noqa: E402
+from torch_models import LR, agreed  # noqa: E402
 
 pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.timeout(120)]
 
@@ -72,10 +72,7 @@ def train(comm, bucket_mb, steps, used=lambda k, t, i: True, active=lambda k, t:
         backward(m, comm.rank, t, used, parts - 1)
         opt.step()
     opt.stop()
-    got = np.concatenate([p.detach().numpy().ravel() for p in m.parameters()])
-    everyone = np.empty((comm.size, got.size), dtype=got.dtype)
-    comm.Allgather(got, everyone)
-    assert (everyone == everyone[0]).all()      # the replicas stay identical
+    got = agreed(comm, m.parameters())
     return got, sync
 
 

@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 import psgd  # noqa: E402
 import psgd.torch  # noqa: E402
 from psgd.errors import UsageError  # noqa: E402
-from torch_models import LR  # noqa: E402
+from torch_models import LR, agreed  # noqa: E402
 
 pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.timeout(120)]
 
@@ -69,10 +69,7 @@ def train(comm, factors, steps=5, rows=counts, active=lambda k, t: True, parts=1
                 m(batch(comm.rank, t, 7)[0])
         opt.step()
     opt.stop()
-    got = np.concatenate([p.detach().numpy().ravel() for p in m.parameters()])
-    everyone = np.empty((comm.size, got.size), dtype=got.dtype)
-    comm.Allgather(got, everyone)
-    assert (everyone == everyone[0]).all()      # the replicas stay identical
+    got = agreed(comm, m.parameters())
     first = [b for b in sync.buckets.factor_buckets if 0 in b.members]
     return got, (first[0] if first else None)
 
