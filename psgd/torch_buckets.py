@@ -28,7 +28,7 @@ from contextlib import contextmanager
 
 from . import mpi, mpi_async
 from .errors import UsageError
-from .torch_factors import FactorBucket
+from .torch_factors import FactorBucket, Gather
 
 DEFAULT_BUCKET_MB = 25      # DDP's bucket_cap_mb
 
@@ -109,13 +109,14 @@ class Buckets:
         self.names, self.params, self.views = names, params, views
         self._device_event = device_event
         factored, least = factored or ({}, 1)
+        self._gather = Gather(algorithm.comm) if factored else None
         wire = algorithm.grad_exchange.buffer    # the gradients and the count behind them
         self.buckets = []
         for lo, hi, m in layout([p.numel() for p in params], wire.tail, wire.dtype.itemsize,
                                 bucket_bytes, {i: f[1] for i, f in factored.items()}):
             bucket = Bucket(mpi.exchange_part(algorithm.grad_exchange, lo, hi), lo, hi, m)
             if m and m[0] in factored:
-                bucket = FactorBucket(factored[m[0]][0], algorithm.comm, lo, hi, m, bucket,
+                bucket = FactorBucket(factored[m[0]][0], self._gather, lo, hi, m, bucket,
                                       [params[i] for i in m], [views[i] for i in m], least)
             self.buckets.append(bucket)
         self.factor_buckets = [b for b in self.buckets if isinstance(b, FactorBucket)]
@@ -250,6 +251,9 @@ class Buckets:
             hook.remove()
         for bucket in self.factor_buckets:
             bucket.close()
+        if self._gather is not None:
+            self._gather.close()
+            self._gather = None
 
     @contextmanager
     def no_sync(self):

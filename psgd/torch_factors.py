@@ -50,7 +50,7 @@ import platform
 import numpy as np
 from mpi4py import MPI
 
-from . import agreement, mpi, mpi_async, settings
+from . import agreement, hierarchy, mpi, mpi_async, settings
 from .algorithms.compressed import RANGES
 from .compression.quantizers import quantizer
 from .errors import UsageError
@@ -87,6 +87,60 @@ def fingerprint():
         np.__version__, blas, cpu, os.environ.get("OPENBLAS_NUM_THREADS", ""))
 
 
+class Gather:
+    """Every rank's slot to every rank, in one order all ranks share: one
+    Iallgather, or, where some host has several ranks, in two levels (the
+    host's slots gathered into its leader over shared memory, the leaders'
+    blocks gathered across the links, the whole broadcast inside each
+    host), so a host's link carries each of its ranks' rows once. On 2 hosts
+    x 2 ranks, four slots of 4.2 MB: 108 ms flat (MPICH's allgather crosses
+    each link with three ranks' slots), 73-78 ms so, the link's floor 67 ms
+    (benchmarks/FINDINGS.md). The slots are in host order, a host's ranks
+    in rank order: `at` is this rank's. Collective to make."""
+
+    def __init__(self, comm):
+        self.comm, self.levels = comm, hierarchy.create(comm)
+        local = self.levels.local
+        leader = np.array([comm.Get_rank()], np.int64)
+        local.Bcast([leader, MPI.INT64_T], root=0)      # a host's name: its leader's rank
+        table = np.empty((comm.Get_size(), 2), np.int64)
+        comm.Allgather([np.array([local.Get_size(), leader[0]], np.int64), MPI.INT64_T],
+                       [table, MPI.INT64_T])
+        self.order = sorted(range(comm.Get_size()), key=lambda r: (table[r, 1], r))
+        self.at = self.order.index(comm.Get_rank())
+        self.counts = [int(table[r, 0]) for r in sorted(set(table[:, 1].tolist()))]
+        self.first = self.at - local.Get_rank()         # this host's first row
+        if not 1 < table[:, 0].max() < comm.Get_size():     # one rank a host, or one host
+            self.close()
+
+    def run(self, gathered):
+        """Exchange `gathered` (a row a rank, this rank's at `at`), on psgd's
+        transfer thread: posted there, in the order of the buckets' sums."""
+        if self.levels is None:
+            mpi_async.poll(self.comm.Iallgather(MPI.IN_PLACE, [gathered, MPI.BYTE]).Test)
+        else:
+            self._in_two_levels(gathered)
+
+    def _in_two_levels(self, gathered):
+        local, leaders = self.levels.local, self.levels.leaders
+        row = gathered.shape[1]
+        block = gathered[self.first:self.first + local.Get_size()]
+        if self.levels.is_leader:
+            mpi_async.poll(local.Igather(MPI.IN_PLACE, [block, MPI.BYTE], root=0).Test)
+            sizes = [n * row for n in self.counts]
+            mpi_async.poll(leaders.Iallgatherv(
+                MPI.IN_PLACE, [gathered, (sizes, np.cumsum([0] + sizes[:-1]).tolist()),
+                               MPI.BYTE]).Test)
+        else:
+            mpi_async.poll(local.Igather([gathered[self.at], MPI.BYTE], None, root=0).Test)
+        mpi_async.poll(local.Ibcast([gathered, MPI.BYTE], root=0).Test)
+
+    def close(self):
+        if self.levels is not None:
+            self.levels.close()
+            self.levels = None
+
+
 class FactorBucket(mpi_async.InFlight):
     """One Linear layer: its weight's gradient, and its bias's where the bias
     lies right behind it (G_b = the column sums of D), elements [lo, hi) of
@@ -99,10 +153,11 @@ class FactorBucket(mpi_async.InFlight):
     are needed only for the first step's check and a plain sum's fallback.
     After the sum, .grad is the buffer's view again (`summed()`)."""
 
-    def __init__(self, module, comm, lo, hi, members, dense, params, views, least=1):
-        """params, views: the members' tensors and their views of the buffer;
-        least: the fewest bytes a step must save (saving()) to go on."""
-        self.comm, self.lo, self.hi, self.members = comm, lo, hi, members
+    def __init__(self, module, gather, lo, hi, members, dense, params, views, least=1):
+        """gather: the rows' exchange (Gather); params, views: the members'
+        tensors and their views of the buffer; least: the fewest bytes a step
+        must save (saving()) to go on."""
+        self.gather, self.lo, self.hi, self.members = gather, lo, hi, members
         self.params, self.views, self.least = params, views, least
         self.own = [v.new_zeros(v.shape) for v in views]    # where backward accumulates
         self.fan_out, self.fan_in = tuple(module.weight.shape)
@@ -181,11 +236,10 @@ class FactorBucket(mpi_async.InFlight):
             self._start_plain(algorithm, here)
             return
         gathered = self._slots(algorithm)
-        self._pack(gathered[self.comm.Get_rank()], algorithm)
+        self._pack(gathered[self.gather.at], algorithm)
 
         def job():
-            request = self.comm.Iallgather(MPI.IN_PLACE, [gathered, MPI.BYTE])
-            mpi_async.poll(request.Test)
+            self.gather.run(gathered)
             if (self._status() == FITS).all():
                 self._form(algorithm)
         self._handle = mpi_async.start(job, here=here)
@@ -207,11 +261,12 @@ class FactorBucket(mpi_async.InFlight):
         self._format = quantizer(kind) if kind in ROW_FORMATS else None
         dtype = algorithm.grad_buffer.dtype
         self._itemsize = dtype.itemsize
-        shape = (self.comm.Get_size(),
+        ranks = len(self.gather.order)
+        shape = (ranks,
                  HEADER + self._nbytes(self.capacity * (self.fan_out + self.fan_in)))
         if self._gathered is None or self._gathered.shape != shape:
             self._gathered = np.zeros(shape, dtype=np.uint8)
-            rows = self.comm.Get_size() * self.capacity
+            rows = ranks * self.capacity
             self._d = np.empty((rows, self.fan_out), dtype=dtype)
             self._x = np.empty((rows, self.fan_in), dtype=dtype)
         return self._gathered

@@ -283,6 +283,24 @@ def test_rows_beyond_fp16_are_an_error_naming_the_sync_on_every_rank(comm):
     sync.close()
 
 
+@pytest.mark.parametrize("host_of", [lambda r: r // 2, lambda r: r % 2],
+                         ids=["consecutive", "alternating"])
+def test_with_several_ranks_a_host_the_rows_gather_in_two_levels(comm, monkeypatch, host_of):
+    """Hosts faked on one machine: the rows gather into each host's leader,
+    across the leaders and back (psgd/torch_factors.py, Gather), in host
+    order whichever ranks a host holds: the plain sums' model."""
+    from psgd import hierarchy
+    real = hierarchy.create
+    monkeypatch.setattr(hierarchy, "create",
+                        lambda c, host=None: real(c, host_of(c.Get_rank())))
+    bucket = same_as_plain(comm)
+    gather = bucket.gather
+    hosts = {host_of(r) for r in range(comm.size)}
+    assert (gather.levels is not None) == (1 < len(hosts) < comm.size)
+    assert [host_of(r) for r in gather.order] == sorted(host_of(r) for r in range(comm.size))
+    assert bucket.products == 4
+
+
 def test_one_host_sums_plainly_unless_asked(comm):
     sync = psgd.torch.create("syncgrad", mlp(comm.rank), comm=comm)
     assert sync.buckets.factor_buckets == []
