@@ -10,12 +10,16 @@ methods).
         opt.step()                          # waits for their mean, then steps
     opt.stop()                              # out of data: step with the others until all are
 
+To clip the mean gradients (not each rank's own), sum them first, as with
+Horovod: `loss.backward(); opt.synchronize(); clip_grad_norm_(...); opt.step()`.
+
 The optimizer object stays the user's: its class becomes a subclass of its
 own class (as Horovod does), so isinstance, state_dict, param_groups and LR
 schedulers made afterwards keep working. syncgrad averages every step;
 the model-averaging algorithms synchronize every `every` steps.
 """
 import numbers
+from contextlib import contextmanager
 
 from .errors import UsageError
 
@@ -31,7 +35,9 @@ class _Distributed:
             if self.sync.sums_steps:        # the optimizer steps before the sum
                 self.sync.synchronize(self.samples, optimizer=self)
                 return loss
-            self.sync.synchronize(self.samples)
+            if not (self._psgd_summed or self._psgd_skip):
+                self.sync.synchronize(self.samples)
+            self._psgd_summed = False
             super().step()
             return loss
         super().step()
@@ -42,6 +48,35 @@ class _Distributed:
             self._psgd_since = 0
         return loss
 
+    def synchronize(self):
+        """syncgrad: the mean gradients into .grad now, before step() (which
+        then steps without summing again): to clip or read them between
+        backward and the step, as with Horovod's synchronize(). Clipping
+        before it would clip each rank's own gradients while some buckets
+        are already summing, and not those of a layer summed through its rows."""
+        if self.sync.buckets is None:
+            raise UsageError("synchronize(): only syncgrad sums gradients before the step "
+                             "(this is %s, which syncs every %d steps)" % (self.sync.name, self.every))
+        if self.sync.sums_steps:
+            raise UsageError("synchronize(): under compression_momentum=local the ranks sum "
+                             "their optimizer steps, taken in step(): there is no mean "
+                             "gradient before it")
+        if self._psgd_summed:
+            raise UsageError("synchronize() twice before one step(): the second would sum the "
+                             "mean again")
+        self.sync.synchronize(self.samples)
+        self._psgd_summed = True
+
+    @contextmanager
+    def skip_synchronize(self):
+        """Horovod's: step() inside does not sum (after synchronize(), it
+        would not anyway)."""
+        self._psgd_skip, before = True, self._psgd_skip
+        try:
+            yield
+        finally:
+            self._psgd_skip = before
+
     def local_step(self, closure=None):
         """The wrapped optimizer's own step (what stop() repeats)."""
         return super().step(closure)
@@ -49,6 +84,7 @@ class _Distributed:
     def zero_grad(self, set_to_none=True):
         """syncgrad: zero in psgd's flat buffer, so backward writes there
         (set_to_none would make torch allocate, and psgd copy, every step)."""
+        self._psgd_summed = False       # new gradients: summed by the next step
         if self.sync.buckets is not None:
             self.sync.zero_grad()
         else:
@@ -96,6 +132,7 @@ def DistributedOptimizer(optimizer, sync, samples=1, every=None):
     optimizer.sync, optimizer.samples = sync, samples
     optimizer.every = every or (1 if sync.buckets is not None else DEFAULT_EVERY)
     optimizer._psgd_since = optimizer._psgd_steps = 0
+    optimizer._psgd_summed = optimizer._psgd_skip = False
     if sync.buckets is not None and not sync.sums_steps:   # steps: summed after backward
         sync.buckets.expect = lambda: optimizer.samples
     return optimizer

@@ -100,3 +100,72 @@ def test_bucket_sizes_that_differ_fail_on_every_rank(comm):
 def test_bucket_mb_is_for_syncgrad_only(comm):
     with pytest.raises(psgd.UsageError, match="only syncgrad"):
         psgd.torch.create("bmuf", cnn(seed=0), comm=comm, bucket_mb=1)
+
+
+@pytest.mark.parametrize("factors", [False, True])
+def test_synchronize_then_clip_clips_the_mean_gradient(comm, factors):
+    """Horovod's loop: backward, synchronize(), clip_grad_norm_, step(). The
+    clip sees the weighted mean of every rank's gradient (each layer's,
+    whether summed plainly or through its rows): a replay on one process."""
+    def model():
+        torch.manual_seed(3)
+        return torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh(),
+                                   torch.nn.Linear(64, 2))
+
+    def batch(k, t):
+        g = torch.Generator().manual_seed(100 * k + t)
+        return torch.randn(3 + k, 64, generator=g), torch.randn(3 + k, 2, generator=g)
+
+    def loss(m, k, t):
+        x, y = batch(k, t)
+        return ((m(x) - y) ** 2).mean()             # each rank's mean, weighed by b_k = rows
+
+    m = model()
+    sync = psgd.torch.create("syncgrad", m, comm=comm, factors=factors)
+    opt = psgd.torch.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=LR), sync)
+    for t in range(4):
+        opt.zero_grad()
+        opt.samples = 3 + comm.rank
+        loss(m, comm.rank, t).backward()
+        opt.synchronize()
+        torch.nn.utils.clip_grad_norm_(m.parameters(), 0.5)
+        opt.step()
+    opt.stop()
+    want = model()
+    for t in range(4):
+        grads = []
+        for k in range(comm.size):
+            want.zero_grad()
+            loss(want, k, t).backward()
+            grads.append([p.grad.clone() for p in want.parameters()])
+        b = sum(3 + k for k in range(comm.size))
+        for i, p in enumerate(want.parameters()):
+            p.grad = sum((3 + k) * g[i] for k, g in enumerate(grads)) / b
+        torch.nn.utils.clip_grad_norm_(want.parameters(), 0.5)
+        with torch.no_grad():
+            for p in want.parameters():
+                p -= LR * p.grad
+    np.testing.assert_allclose(flat(m.parameters()), flat(want.parameters()), rtol=1e-4,
+                               atol=1e-6)
+    if factors:
+        assert [b.products for b in sync.buckets.factor_buckets if 0 in b.members] == [3]
+
+
+def test_synchronize_twice_or_outside_syncgrad_is_one_line(comm):
+    m = cnn(seed=0)
+    sync = psgd.torch.create("syncgrad", m, comm=comm)
+    opt = psgd.torch.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=LR), sync)
+    opt.zero_grad()
+    backward_toward(m, targets(m, comm.rank, 0))
+    opt.synchronize()
+    with pytest.raises(psgd.UsageError, match=r"synchronize\(\) twice"):
+        opt.synchronize()
+    with opt.skip_synchronize():
+        opt.step()
+    opt.stop()
+    model = cnn(seed=0)
+    block = psgd.torch.create("bmuf", model, comm=comm)
+    opt = psgd.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR), block)
+    with pytest.raises(psgd.UsageError, match="only syncgrad sums gradients before the step"):
+        opt.synchronize()
+    opt.stop()
