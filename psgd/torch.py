@@ -27,7 +27,7 @@ import contextlib
 import numpy as np
 import torch
 
-from . import agreement, algorithms, mpi, torch_factors
+from . import agreement, algorithms, mpi, torch_factor_choice
 from .algorithms.base import CollectiveWorker
 from .buffers import FlatBuffer
 from .errors import UsageError
@@ -86,7 +86,7 @@ def create(name, model, comm=None, buffers=False, bucket_mb=None, factors=None, 
             raise RuntimeError("psgd copied the torch tensors instead of adopting them")
     buckets = grads and Buckets(
         algorithm, params.names, params.tensors, grads.views, plan.bucket_bytes,
-        _recorded_event if plan.device.type == "cuda" else None, torch_factors.choose(
+        _recorded_event if plan.device.type == "cuda" else None, torch_factor_choice.choose(
             model, torch.nn.Linear, params.tensors, algorithm, factors, plan.device))
     return TorchSync(algorithm, model, plan, params, grads, stats, buckets)
 
@@ -102,7 +102,7 @@ class _Plan:
         self.needs_grads = cls.needs_grads
         self.grad_tail = cls.grad_tail
         self.bucket_bytes = bucket_bytes(bucket_mb, self.needs_grads)
-        torch_factors.check_option(factors, self.needs_grads)
+        torch_factor_choice.check_option(factors, self.needs_grads)
         self.params = _unique(model.named_parameters())
         if not self.params:
             raise UsageError("the model has no parameters to synchronize")

@@ -104,7 +104,7 @@ class Buckets:
                  factored=None):
         """factored: ({weight's index: (its Linear module, its bucket's
         indexes)} of the layers summed through their factors, the fewest
-        bytes a step must save to go on) (torch_factors.choose)."""
+        bytes a step must save to go on) (torch_factor_choice.choose)."""
         self.algorithm = algorithm
         self.names, self.params, self.views = names, params, views
         self._device_event = device_event

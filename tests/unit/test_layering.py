@@ -20,7 +20,7 @@ FLOORS = {"psgd.errors": 0, "psgd._threads": 0, "psgd._cuda_first": 0, "psgd.pro
           "psgd.ulfm": 1,
           "psgd": 2, "psgd.algorithms": 2,      # the package's facade re-exports create()
           "psgd.nnet": 3, "psgd.data": 3, "psgd.kaldi_io": 3, "psgd.torch": 3,
-          "psgd.torch_buckets": 3, "psgd.torch_optimizer": 3, "psgd.torch_factors": 3,
+          "psgd.torch_buckets": 3, "psgd.torch_optimizer": 3, "psgd.torch_factors": 3, "psgd.torch_factor_choice": 3,
           "psgd.train": 4,
           "psgd.worker": 5, "psgd.timeline": 5, "psgd.kaldi": 5}
 # Imports within a floor that the architecture names; nothing else crosses.
@@ -37,7 +37,8 @@ SIDEWAYS = {("psgd.kaldi_io", "psgd.nnet"), ("psgd.kaldi_io", "psgd.data"),
             ("psgd.nccl", "psgd.agreement"),
             ("psgd", "psgd.algorithms"), ("psgd.torch", "psgd.torch_buckets"),
             ("psgd.torch", "psgd.torch_optimizer"), ("psgd.torch", "psgd.torch_factors"),
-            ("psgd.torch_buckets", "psgd.torch_factors")}
+            ("psgd.torch_buckets", "psgd.torch_factors"),
+            ("psgd.torch", "psgd.torch_factor_choice"), ("psgd.torch_factor_choice", "psgd.torch_factors")}
 # Allowed although they point down: the data layer needs no MPI, no buffers;
 # nnet and algorithms do not know each other.
 FORBIDDEN = {"psgd.data": ("psgd.mpi", "psgd.buffers", "psgd.kernels", "psgd.algorithms",

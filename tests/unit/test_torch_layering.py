@@ -13,7 +13,7 @@ import psgd
 
 ROOT = pathlib.Path(psgd.__file__).parent
 ALLOWED = ("algorithms", "buffers", "mpi", "agreement", "errors", "torch_buckets",
-           "torch_optimizer", "torch_factors")
+           "torch_optimizer", "torch_factors", "torch_factor_choice")
 
 
 def imports(path):
