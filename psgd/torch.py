@@ -45,11 +45,10 @@ def create(name, model, comm=None, buffers=False, bucket_mb=None, factors=None, 
     model on any rank raises the same UsageError on every rank, before any rank
     changes its model. `options` are the algorithm's (docs/algorithms.md).
     `bucket_mb` (syncgrad): megabytes of gradients per sum (default 25, as
-    DDP; 0: one bucket per tensor). syncgrad's buckets are summed through
-    MPI: `exchange` other than mpi is refused with syncgrad. `compression`
-    (fp16 | bf16 | 1bit): each bucket is a compressed sum of its own, with
-    its own error-feedback residuals; a CUDA model's residuals stay on its
-    GPU, its buckets staged through pinned memory (psgd/compression/device.py).
+    DDP; 0: one bucket per tensor), summed through MPI (no other `exchange`).
+    `compression` (fp16 | bf16 | 1bit): each bucket a compressed sum of its
+    own, with its own residuals (a CUDA model's on its GPU, the buckets
+    staged through pinned memory: psgd/compression/device.py).
     `factors` (syncgrad, torch_factors.py): Linear layers summed through their
     rows where the ranks span hosts (None), anywhere (True) or never (False)."""
     comm = mpi.communicator(comm)
