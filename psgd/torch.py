@@ -17,10 +17,9 @@ algorithm exchanges: no copy per step. On the CPU the flat array is NumPy
 DLPack on the same device.
 
 Rank 0's model reaches every rank inside create(). syncgrad averages the
-`.grad` tensors in place before `optimizer.step()`: a second flat array,
-summed in buckets that leave while backward still runs (torch_buckets.py),
-a Linear layer's through its rows across hosts (torch_factors.py). Server
-algorithms: rank 0 serves (`sync.run()`), and its model holds the center.
+`.grad` tensors (a second flat array) in buckets that leave while backward
+runs (torch_buckets.py), a Linear layer's through its rows across hosts
+(torch_factors.py). Server algorithms: rank 0 serves (`sync.run()`).
 """
 import contextlib
 
@@ -28,6 +27,7 @@ import numpy as np
 import torch
 
 from . import agreement, algorithms, mpi, torch_factor_choice
+from .algorithms import by_n
 from .algorithms.base import CollectiveWorker
 from .buffers import FlatBuffer
 from .errors import UsageError
@@ -43,19 +43,21 @@ def create(name, model, comm=None, buffers=False, bucket_mb=None, factors=None, 
     """psgd algorithm `name` over `model`'s parameters, which from now on live in
     psgd's flat buffer. Collective over `comm` (default MPI.COMM_WORLD): a bad
     model on any rank raises the same UsageError on every rank, before any rank
-    changes its model. `options` are the algorithm's (docs/algorithms.md).
+    changes its model. `options` are the algorithm's (docs/algorithms.md);
+    those not given, the trainer's for N workers (algorithms/by_n.py).
     `bucket_mb` (syncgrad): megabytes of gradients per sum (default 25, as
     DDP; 0: one bucket per tensor), summed through MPI (no other `exchange`).
-    `compression` (fp16 | bf16 | 1bit): each bucket a compressed sum of its
-    own, with its own residuals (a CUDA model's on its GPU, the buckets
-    staged through pinned memory: psgd/compression/device.py).
+    `compression` (fp16 | bf16 | 1bit): each bucket a compressed sum with its
+    own residuals (a CUDA model's on its GPU: psgd/compression/device.py).
     `factors` (syncgrad, torch_factors.py): Linear layers summed through their
     rows where the ranks span hosts (None), anywhere (True) or never (False)."""
     comm = mpi.communicator(comm)
     error = plan = None
     try:
         plan = _Plan(name, model, buffers, bucket_mb, factors)
-        if plan.needs_grads:    # the buckets start MPI's non-blocking sums
+        if not plan.needs_grads:    # syncgrad's by_n sums 1bit's local steps: README
+            options = by_n.given_over(name, comm.size, options)
+        else:                       # the buckets start MPI's non-blocking sums
             if options.get("exchange") not in (None, "mpi"):
                 raise UsageError("psgd.torch syncgrad sums its buckets through MPI; "
                                  "exchange=%r is not supported with it" % options["exchange"])
@@ -105,13 +107,11 @@ class _Plan:
         self.params = _unique(model.named_parameters())
         if not self.params:
             raise UsageError("the model has no parameters to synchronize")
-        self.buffers = []
-        if buffers:
-            if cls is not None and not issubclass(cls, CollectiveWorker):
-                raise UsageError("buffers=True: %s does not average buffers; the collective "
-                                 "algorithms (bsp, bmuf, sod, syncgrad) do" % name)
-            self.buffers = [(n, b) for n, b in _unique(model.named_buffers())
-                            if b.is_floating_point()]
+        if buffers and not issubclass(cls, CollectiveWorker):
+            raise UsageError("buffers=True: %s does not average buffers; the collective "
+                             "algorithms (bsp, bmuf, sod, syncgrad) do" % name)
+        self.buffers = [(n, b) for n, b in _unique(model.named_buffers())
+                        if buffers and b.is_floating_point()]
         self.device = _one_device(self.params + self.buffers)
         for what, tensors in (("parameter", self.params), ("buffer", self.buffers)):
             _one_dtype(what, tensors)

@@ -21,9 +21,9 @@ the model-averaging algorithms synchronize every `every` steps.
 import numbers
 from contextlib import contextmanager
 
+from .algorithms import by_n
 from .errors import UsageError
 
-DEFAULT_EVERY = 4       # steps per block: psgd's trainer's default for bsp and bmuf
 
 
 class _Distributed:
@@ -107,9 +107,10 @@ def DistributedOptimizer(optimizer, sync, samples=1, every=None):
     synchronize through `sync` (psgd.torch.create): step() averages the
     gradients first (syncgrad; under compression_momentum=local it steps
     first and averages the steps) or synchronizes every `every` steps (the
-    other algorithms; default 4). `samples`: what one step weighs in the
-    averages (default 1: every rank alike, as DDP); with uneven batches set
-    `opt.samples = len(batch)` before each backward. Returns the same object."""
+    other algorithms; default: the trainer's block, algorithms/by_n.py).
+    `samples`: what one step weighs in the averages (default 1: every rank
+    alike, as DDP); with uneven batches set `opt.samples = len(batch)` before
+    each backward. Returns the same object."""
     if sync.role == "server":
         raise UsageError("%s rank %d serves: call sync.run() there, not an optimizer"
                          % (sync.name, sync.node.rank))
@@ -130,7 +131,8 @@ def DistributedOptimizer(optimizer, sync, samples=1, every=None):
     cls = type(optimizer)
     optimizer.__class__ = type("Distributed" + cls.__name__, (_Distributed, cls), {})
     optimizer.sync, optimizer.samples = sync, samples
-    optimizer.every = every or (1 if sync.buckets is not None else DEFAULT_EVERY)
+    optimizer.every = every or (1 if sync.buckets is not None else by_n.block_steps(
+        sync.name, sync.N, sync.options.get("delayed")))
     optimizer._psgd_since = optimizer._psgd_steps = 0
     optimizer._psgd_summed = optimizer._psgd_skip = False
     if sync.buckets is not None and not sync.sums_steps:   # steps: summed after backward

@@ -5,6 +5,7 @@ import torch
 
 import psgd
 import psgd.torch
+from psgd.algorithms import by_n
 from torch_models import LR, backward_toward, cnn, counts, flat, targets
 
 STEPS = 4
@@ -33,6 +34,8 @@ def drive(comm, name, step_torch, step_numpy, device="cpu", zero_to_none=True, *
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     sync = psgd.torch.create(name, model, comm=comm, **options)
     params = [a.copy() for a in [p.detach().cpu().numpy() for p in cnn(seed=rank).parameters()]]
+    if name != "syncgrad":     # psgd.torch's defaults: the trainer's by N
+        options = by_n.given_over(name, comm.size, options)
     ref = psgd.create(name, params, comm=comm, **options, **(
         {"grads": [np.zeros_like(a) for a in params]} if name == "syncgrad" else {}))
 

@@ -3,12 +3,12 @@ and `psgd.train.make_config(**overrides)` from Python."""
 import argparse
 import math
 
-from ..algorithms import ALGORITHMS, REGISTRY
+from ..algorithms import ALGORITHMS, REGISTRY, by_n
 from ..command_line import OneLineParser, boolean as kaldi_boolean
 from ..errors import UsageError
 from . import algorithm_flags
 from .algorithm_flags import ALGORITHM_FLAGS
-from .defaults import WARMUP_EPOCHS, trainer_defaults
+from .defaults import WARMUP_EPOCHS
 from .model_files import writes_nnet1
 from .roles import server_count
 from .schedule import DEFAULT as DEFAULT_SCHEDULE, KINDS as SCHEDULES
@@ -306,9 +306,9 @@ def _refuse_idle_flags(args):
 
 def algorithm_options(args, num_workers=None):
     """psgd.create keyword options from the flags the user gave, over the
-    trainer's defaults for `num_workers` (trainer_defaults)."""
+    trainer's defaults for `num_workers` (by_n.options)."""
     cls = REGISTRY[args.algo]
     given = {option: getattr(args, flag) for flag, option in ALGORITHM_FLAGS.items()
              if getattr(args, flag) is not None and option in cls.OPTIONS}
-    defaults = trainer_defaults(args.algo, num_workers, given) if num_workers else {}
+    defaults = by_n.options(args.algo, num_workers, given) if num_workers else {}
     return {**defaults, **given}

@@ -84,11 +84,14 @@ def test_syncgrad_allocates_missing_grads(comm):
     sync.stop()     # else the exit stops it, with a warning on every rank
 
 
-@pytest.mark.parametrize("name,reset", [("bmuf", True), ("bsp", False)])
-def test_bmuf_resets_the_torch_optimizer_state(comm, name, reset):
+@pytest.mark.parametrize("name,options,reset", [
+    ("bmuf", {"reset_local_state": True}, True), ("bmuf", {}, False), ("bsp", {}, False)])
+def test_bmuf_resets_the_torch_optimizer_state_when_asked(comm, name, options, reset):
+    """Kaldi's reset, the contract's default, is psgd.torch's when given: by
+    default psgd.torch keeps the state, as the trainer (algorithms/by_n.py)."""
     model = cnn(seed=comm.rank)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    sync = psgd.torch.create(name, model, comm=comm)
+    sync = psgd.torch.create(name, model, comm=comm, **options)
     sum(p.sum() for p in model.parameters()).backward()
     opt.step()
     assert len(opt.state) > 0

@@ -14,6 +14,7 @@ import psgd  # noqa: E402
 import psgd.torch  # noqa: E402
 from compression_replay import HostReplay, Replay  # noqa: E402
 from psgd import kernels  # noqa: E402
+from psgd.algorithms import by_n  # noqa: E402
 from torch_models import LR, cnn, counts, flat, targets  # noqa: E402
 
 pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.timeout(120)]
@@ -204,9 +205,10 @@ def test_compression_start_steps_go_plain(comm):
 @pytest.mark.parametrize("name,options", [("bmuf", {}), ("sod", {"outer": "sgd",
                                                                  "outer_lr": 0.6})])
 def test_block_algorithms_compress_through_the_optimizer_as_through_numpy(comm, name, options):
-    """bmuf and sod compress psgd.torch's flat buffer with their own
-    options: DistributedOptimizer (a sync every 2 steps) leaves the model
-    the NumPy API leaves, driven by the same torch steps."""
+    """bmuf and sod compress psgd.torch's flat buffer with its options (the
+    trainer's by N under those given; with 1bit the momentum shares):
+    DistributedOptimizer (a sync every 2 steps) leaves the model the NumPy
+    API leaves with the same options, driven by the same torch steps."""
     options = dict(options, compression="1bit", compression_block=BLOCK)
     rank = comm.rank
     model = cnn(seed=rank)
@@ -214,7 +216,7 @@ def test_block_algorithms_compress_through_the_optimizer_as_through_numpy(comm, 
     opt = psgd.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR), sync,
                                           every=2)
     ref = psgd.create(name, [p.detach().numpy().copy() for p in cnn(seed=rank).parameters()],
-                      comm=comm, **options)
+                      comm=comm, **by_n.given_over(name, comm.size, options))
     tensors = [torch.from_numpy(a).requires_grad_() for a in ref.params]
     ref_opt, since = torch.optim.SGD(tensors, lr=LR), 0
     for t in range(6):

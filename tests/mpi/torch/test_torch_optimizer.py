@@ -44,6 +44,38 @@ def test_block_algorithms_sync_every_k_steps_as_a_hand_written_loop(comm, steps)
     assert opt.state_dict()["param_groups"][0]["lr"] == LR
 
 
+@pytest.mark.parametrize("name, given", [
+    ("bmuf", {}), ("bmuf", {"reset_local_state": True, "block_momentum": 0.2}),
+    ("bmuf", {"compression": "1bit"}), ("sod", {}), ("sod", {"outer_lr": 0.1}),
+    ("easgd", {}), ("asgd", {}), ("masgd", {}), ("bsp", {})])
+def test_options_not_given_and_the_block_are_the_trainers_by_n(comm, name, given):
+    """What a user who names only the algorithm gets: the trainer's options
+    for N workers (bmuf keeps Adam's state, sod's outer rate by N, ...) and
+    its block (sod 16 steps); an option given wins."""
+    from psgd.algorithms import by_n
+    model = cnn(seed=0)
+    sync = psgd.torch.create(name, model, comm=comm, **given)
+    trainer = {**by_n.options(name, sync.N, given), **given}
+    assert {k: sync.options[k] for k in trainer} == trainer
+    if name == "bmuf":
+        assert sync.options["reset_local_state"] == given.get("reset_local_state", False)
+    if sync.role == "server":
+        sync.run()
+        return
+    opt = psgd.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR), sync)
+    assert opt.every == by_n.block_steps(name, sync.N) == (16 if name == "sod" else 32 if (
+        name == "masgd" and sync.N < by_n.MASGD_MEAN_FROM) else 4)
+    opt.stop()
+
+
+def test_syncgrad_keeps_its_own_sum_under_1bit(comm):
+    """The trainer's 1bit syncgrad sums each rank's steps at its own rate;
+    psgd.torch sums the gradients unless compression_momentum=local is given."""
+    sync = psgd.torch.create("syncgrad", cnn(seed=0), comm=comm, compression="1bit")
+    assert sync.options["compression_momentum"] == "global" and not sync.sums_steps
+    sync.stop()
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"samples": 0}, "samples must be a whole number >= 1"),
     ({"every": 1.5}, "every must be a whole number >= 1"),
