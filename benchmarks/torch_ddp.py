@@ -13,7 +13,8 @@ linked at 1 Gb/s (bin/psgd-local-cluster, ranks split evenly):
 - psgd syncgrad as before DistributedOptimizer ("syncgrad_late"): the
   user's loop calls sync.synchronize(batch) after backward, so every sum
   starts then and nothing hides under backward;
-- psgd bmuf and easgd (a sync every 4 steps, their defaults): model averaging;
+- psgd bmuf and easgd (psgd.torch's options and block, the trainer's by N;
+  --contract-defaults: psgd.create's own, a sync every 4 steps): model averaging;
 - on request (PSGD_BENCH_TORCH_MODES), psgd syncgrad with its buckets
   compressed ("syncgrad_fp16", "syncgrad_1bit": compression from the first step).
 
@@ -93,16 +94,14 @@ def child(argv):
                    help="end after the first epoch at this held-out accuracy")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--blocks", type=int, default=4)
+    p.add_argument("--blocks", type=int, default=None,
+                   help="steps per sync (default: psgd.torch's, the trainer's by N)")
     p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--trainer-defaults", action="store_true",
-                   help="psgd modes: the options psgd.worker's trainer picks by N "
-                        "(psgd/train/defaults.py: bmuf keeps the local state, sod's outer "
-                        "rate 0.7 * min(1, N/4), its blocks 16 minibatches long) "
-                        "instead of the algorithm's own")
-    p.add_argument("--keep-local-state", action="store_true",
-                   help="bmuf: reset_local_state=False (the trainer's default; the "
-                        "algorithm's clears Adam's moments after every sync)")
+    p.add_argument("--contract-defaults", action="store_true",
+                   help="psgd modes but syncgrad: psgd.create's own options "
+                        "(docs/algorithms.md: bmuf clears Adam's moments every sync, sod's "
+                        "outer rate 0.7) and a sync every 4 steps, instead of psgd.torch's "
+                        "(the trainer's by N, psgd/algorithms/by_n.py)")
     args = p.parse_args(argv)
     comm = MPI.COMM_WORLD
     torch.set_num_threads(1)
@@ -126,21 +125,16 @@ def child(argv):
         trained = model
         kind = torch_ddp_report.COMPRESSION.get(args.mode)
         grads = args.mode.startswith("syncgrad")
-        # bmuf_1bit, sod_1bit, syncgrad_1bit_local: compressed, with the trainer's momentum
-        # shares (syncgrad's: each rank's Adam, at the trainer's rate x sqrt(N))
-        local = args.mode in ("bmuf_1bit", "sod_1bit", "syncgrad_1bit_local")
+        # syncgrad_1bit_local: each rank's Adam, at the trainer's rate x sqrt(N), its steps
+        # summed (bmuf_1bit, sod_1bit: the momentum shares are psgd.torch's own with 1bit)
+        local = args.mode == "syncgrad_1bit_local"
         shares = {"compression_momentum": "local"} if local else {}
-        if args.mode == "syncgrad_1bit_local":
+        if local:
             for group in opt.param_groups:
                 group["lr"] *= math.sqrt(comm.size)
-        if args.keep_local_state:
-            shares["reset_local_state"] = False
-        if args.trainer_defaults and not grads:
-            from psgd.train.defaults import default_sync_period, trainer_defaults
-            algo = args.mode.split("_")[0]
-            shares = dict(trainer_defaults(algo, comm.size, {"compression": kind}), **shares)
-            args.blocks = default_sync_period(types.SimpleNamespace(
-                algo=algo, masgd_delayed_nesterov=False, minibatch_size=1), comm.size)
+        if args.contract_defaults and not grads:
+            shares = _contract(args.mode.split("_")[0], comm.size, kind)
+            args.blocks = args.blocks or 4
         if args.mode == "syncgrad_dense":
             shares["factors"] = False
         sync = psgd.torch.create("syncgrad" if grads else args.mode.split("_")[0], model,
@@ -300,6 +294,15 @@ def settings(quick, hosts):
     nps = (2,) if quick else (2, 4)
     models = ("cnn", "wide")
     return [(h, n, m) for h in hosts for n in nps for m in models]
+
+
+def _contract(algo, size, kind):
+    """psgd.create's own value of every option psgd.torch would choose by N."""
+    from psgd.algorithms import REGISTRY, by_n
+    cls = REGISTRY[algo]
+    N = cls.workers(size)
+    chosen = by_n.options(algo, N, {"compression": kind})
+    return {k: cls.OPTIONS[k].resolve(k, None, N) for k in chosen}
 
 
 def launch(setting, mode, epochs, out, flags=(), wide_epochs=1):

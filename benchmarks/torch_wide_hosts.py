@@ -28,12 +28,10 @@ MODES = ("ddp", "syncgrad", "syncgrad_fp16", "syncgrad_1bit")
 SETTING = (2, 2, "wide")       # hosts, np, model
 
 
-def launch(mode, epochs, stop_at, out, keep_local_state=False, trainer_defaults=False,
-           setting=SETTING):
+def launch(mode, epochs, stop_at, out, contract_defaults=False, setting=SETTING):
     """torch_ddp.launch for `setting`, with an epoch budget and a target."""
     flags = (["--stop-at", stop_at] if stop_at is not None else []) + (
-        ["--keep-local-state"] if keep_local_state else []) + (
-        ["--trainer-defaults"] if trainer_defaults else [])
+        ["--contract-defaults"] if contract_defaults else [])
     return torch_ddp.launch(setting, mode, epochs, out, flags, wide_epochs=epochs)
 
 
@@ -59,10 +57,8 @@ def main():
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--stop-at", type=float, default=None)
-    p.add_argument("--keep-local-state", action="store_true",
-                   help="bmuf modes: reset_local_state=False")
-    p.add_argument("--trainer-defaults", action="store_true",
-                   help="bmuf and sod modes: the options psgd.worker's trainer picks by N")
+    p.add_argument("--contract-defaults", action="store_true",
+                   help="bmuf and sod modes: psgd.create's own options, not psgd.torch's")
     p.add_argument("--setting", default=",".join(map(str, SETTING)),
                    help="HOSTS,NP,MODEL (default %s)" % ",".join(map(str, SETTING)))
     args = p.parse_args()
@@ -85,8 +81,8 @@ def main():
                 out = common.result_path("torch_ddp_%s_%s.json" % (mode, name))
                 before = torch_ddp._loadavg()
                 try:
-                    r = launch(mode, args.epochs, args.stop_at, out, args.keep_local_state,
-                               args.trainer_defaults, setting)
+                    r = launch(mode, args.epochs, args.stop_at, out, args.contract_defaults,
+                               setting)
                 except RuntimeError as exc:
                     errors[mode] = common.error_line(exc)
                     continue
@@ -98,16 +94,14 @@ def main():
             torch_ddp._tool("down", check=False)
     data = {"epochs": args.epochs, "reps": args.reps, "results": results, "errors": errors,
             "no_cluster": None, "stop_at": args.stop_at,
-            "keep_local_state": args.keep_local_state,
-            "trainer_defaults": args.trainer_defaults}
+            "contract_defaults": args.contract_defaults}
     if args.stop_at is None:
         common.save_json("torch_wide_hosts.json" if setting == SETTING else
                          "torch_%s.json" % name, data)
         print(torch_ddp_report.report(data).markdown)
     else:
         common.save_json("torch_wide_hosts_time_to%s.json" % (
-            "_trainer" if args.trainer_defaults else
-            "_kept" if args.keep_local_state else ""), data)
+            "_contract" if args.contract_defaults else ""), data)
         print(time_table(results, sorted({0.8, 0.85, args.stop_at})))
     for mode, line in errors.items():
         print("- %s: %s" % (mode, line))
