@@ -121,7 +121,11 @@ def report(data):
           "the child of `torch_ddp.py`) across namespace hosts with %s links: psgd through "
           "`psgd.torch` against `DistributedDataParallel` on gloo (meeting at h0, over the "
           "hosts' eth0). Each run ends at its first epoch at %d%% held-out accuracy (rank "
-          "0's model; easgd: the center) or after its epoch budget. Time per epoch: median "
+          "0's model; easgd: the center) or after its epoch budget. psgd's algorithms take "
+          "psgd.torch's options and blocks, the trainer's by N (psgd/algorithms/by_n.py: "
+          "bmuf keeps Adam's state and syncs every 4 steps, sod's outer rate is 0.7 "
+          "min(1, N/4) and it syncs every 16); across hosts syncgrad sums the hidden layer "
+          "through its rows (psgd/torch_factors.py). Time per epoch: median "
           "of the slowest rank's training time; against DDP in the same layout. `load`: "
           "the 1-minute load average before and after the run." % (
               data["rate"], 100 * TARGET), "", cluster.NOTE, "",
