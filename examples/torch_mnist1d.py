@@ -48,7 +48,8 @@ def main():
     p.add_argument("--algo", default="bsp", choices=psgd.ALGORITHMS)
     p.add_argument("--epochs", type=int, default=30)
     p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--blocks", type=int, default=4, help="minibatches per sync")
+    p.add_argument("--blocks", type=int, default=None,
+                   help="minibatches per sync (default: psgd.torch's for the algorithm and N)")
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--compression", default="none", choices=KINDS,
                    help="quantize what is summed or pushed, with error feedback (not easgd)")
@@ -70,8 +71,7 @@ def main():
     else:
         # psgd 3/3: syncgrad averages the gradients in every step() (summed
         # while backward runs); the others synchronize every --blocks steps
-        opt = psgd.torch.DistributedOptimizer(opt, sync, samples=args.batch, every=(
-            None if args.algo == "syncgrad" else args.blocks))
+        opt = psgd.torch.DistributedOptimizer(opt, sync, samples=args.batch, every=args.blocks)
         k = MPI.COMM_WORLD.rank - (MPI.COMM_WORLD.size - sync.N)      # worker index
         lo, hi = shard_range(len(d["y_train"]), k, sync.N)
         steps = len(d["y_train"]) // sync.N // args.batch             # same on every worker
