@@ -6,7 +6,8 @@
         --compression 1bit --compression-start 100      # for slow links
 
 The model and defaults are `python -m psgd.worker`'s (CNN 32,32,32 + FC 256,
-Adam 2e-3, minibatch 32, 30 epochs, 4 minibatches per sync). For easgd, asgd
+Adam 2e-3, minibatch 32, 30 epochs, the algorithm options and minibatches per
+sync by the number of workers; not the trainer's rate factors). For easgd, asgd
 and masgd rank 0 is the server and its model the center.
 """
 import argparse
