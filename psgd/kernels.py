@@ -280,16 +280,22 @@ def momentum_step(x, v, d, m, alpha):
     return x
 
 
-def delay_compensate(d, x, x_start, lam):
+def mean_square(d):
+    """mean(d * d) as a Python float: one reduction."""
+    return float(d.dot(d)) / max(d.size, 1) if d.ndim == 1 else float((d * d).mean())
+
+
+def delay_compensate(d, x, x_start, lam, mean_sq=None):
     """DC-ASGD's correction of a stale delta (see algorithms/staleness.py), in place:
-        c = lam / mean(d * d)
+        c = lam / mean_sq         (mean_sq: mean(d * d) unless given, the whole
+                                   delta's when d is one piece of it)
         d <- d - min(c * d * d, 1) * (x - x_start)
     one reduction and one fused pass (a CuPy kernel on a GPU)."""
     t = d.dtype.type
-    mean_square = float(d.dot(d)) / max(d.size, 1) if d.ndim == 1 else float((d * d).mean())
-    if lam == 0 or mean_square == 0.0:
+    mean_sq = mean_square(d) if mean_sq is None else mean_sq
+    if lam == 0 or mean_sq == 0.0:
         return d
-    c = t(lam / mean_square)
+    c = t(lam / mean_sq)
     if _on_gpu(d):
         _kernel("delay_compensate", "T x, T xs, T c", "T d",
                 "T h = min(c * d * d, (T)1); d = d - h * (x - xs)")(x, x_start, c, d)

@@ -56,15 +56,28 @@ class AsgdServer(Server):
             self.center, range(self.servers, self.node.size), self.dc_lambda) \
             if self.staleness_compensation == "dc" else None
         self.decoder = compressed.make_decoder(self.incoming.size, self.options)
+        self.mean_squares = np.zeros(self.node.size)   # dc: each worker's delta's, sent first
         super().initialized()
 
     def serve(self, rank):
         if self.in_background(rank):                 # in_flight.py: reply on arrival
-            return self.in_flight.start(rank, self.center_exchange)
+            mean_sq = self.receive_mean_square(rank)   # posted before the delta's receives
+            transfer = self.in_flight.start(rank, self.center_exchange)
+            transfer.requests += [mean_sq] if mean_sq is not None else []
+            return transfer
         began = time.perf_counter()
         reply = self._serve_in_line(rank)
         self.in_flight.timed(rank, time.perf_counter() - began)
         return reply
+
+    def receive_mean_square(self, rank):
+        """dc with the push not compressed: the request that receives the
+        mean square of `rank`'s delta, which it sends first (else None)."""
+        if self.delay_compensation is None or (self.decoder is not None and
+                                               self.decoder.compressed(rank)):
+            return None
+        return mpi.Request([self.comm.Irecv(self.mean_squares[rank:rank + 1], source=rank,
+                                            tag=TAG_MODEL)])
 
     def in_background(self, rank):
         # and nothing holds or orders its reply (no barrier), and its push is
@@ -77,7 +90,8 @@ class AsgdServer(Server):
         rank = transfer.rank
         self.incoming.data[...] = transfer.incoming.data
         if self.delay_compensation is not None:
-            self.delay_compensation.correct(rank, self.center.data, self.incoming.data)
+            self.delay_compensation.correct(rank, self.center.data, self.incoming.data,
+                                            self.mean_squares[rank])
         self.update(rank, 0, self.incoming.size)
         transfer.reply_with(self.center_exchange, self.syncs + 1)
         self.replied(rank)
@@ -86,21 +100,26 @@ class AsgdServer(Server):
         self.since_release += 1
         hold = bool(self.held) or 0 < self.barrier_period <= self.since_release
         dc, received = self.delay_compensation, False
+        mean_sq = self.receive_mean_square(rank)
+        if mean_sq is not None:
+            mean_sq.wait()
+            mean_sq = self.mean_squares[rank]
         if self.decoder is not None and self.decoder.compressed(rank):
             # one message of Q(u); delta_k = D(q)
             self.comm.Recv([self.decoder.wire, MPI.BYTE], source=rank, tag=TAG_MODEL)
             self.decoder.q.decode(self.decoder.wire, self.incoming.host)   # a device's: its mirror
             self.incoming.from_host()
             received = True
-        if dc is not None:                                  # it reads all of delta_k first
-            if not received:
-                self.incoming_exchange.recv(rank)
-            received = True
+        if dc is not None and received:                     # a decoded push, whole
             dc.correct(rank, self.center.data, self.incoming.data)
+
+        def step(lo, hi):
+            if mean_sq is not None:
+                dc.correct(rank, self.center.data, self.incoming.data, mean_sq, lo, hi)
+            self.update(rank, lo, hi)
         # Recv(delta_k); x <- x + alpha * delta_k; Send(x): piece by piece
-        pieces.serve(self.incoming_exchange, self.center_exchange, rank,
-                     lambda lo, hi: self.update(rank, lo, hi), reply=not hold,
-                     received=received)
+        pieces.serve(self.incoming_exchange, self.center_exchange, rank, step,
+                     reply=not hold, received=received)
         if hold:
             self.held.append(rank)
             return None
@@ -165,6 +184,7 @@ class Asgd(ServerWorker):
         self.previous_parts = self.shard_parts(mpi.Exchange(self.comm, self.previous))
         self.delta = self.buffer.like()
         self.delta_parts = self.shard_parts(mpi.Exchange(self.comm, self.delta))
+        self.mean_squares = np.zeros(self.servers)      # dc: each shard's, sent first
         self.push = compressed.make_push(self.shards, self.buffer.dtype, self.options)
         super().initialized()
 
@@ -186,9 +206,17 @@ class Asgd(ServerWorker):
             sends = [(s, mpi.Request([self.comm.Isend([self.wires[s], MPI.BYTE], dest=s,
                                                       tag=TAG_MODEL)]))
                      for s in servers]
-        else:
-            sends = [(s, self.delta_parts[s].isend(s)) for s in servers]
+        else:   # dc: the shard's mean square first, so the server corrects piece by piece
+            sends = [(s, self._send_mean_square(s)) for s in servers
+                     if self.staleness_compensation == "dc"]
+            sends += [(s, self.delta_parts[s].isend(s)) for s in servers]
         self.await_server(receives, sends)
+
+    def _send_mean_square(self, s):
+        lo, hi = self.shards[s]
+        self.mean_squares[s] = kernels.mean_square(self.delta.data[lo:hi])
+        return mpi.Request([self.comm.Isend([self.mean_squares[s:s + 1], MPI.DOUBLE], dest=s,
+                                            tag=TAG_MODEL)])
 
     def after_pull(self):
         self.buffer.data[...] = self.previous.data                       # w_k <- x

@@ -16,7 +16,10 @@ optimizer's rate and the number of local steps drop out; DC-ASGD-a normalizes
 by a mean square too) and capped at 1, where the correction would remove all
 of the center's movement since x_start along that coordinate. Cost: the
 server keeps x_start for every worker (N model copies, refreshed by one copy
-per reply); the wire carries nothing more.
+per reply). The worker sends its delta's mean square (one float64 on
+TAG_MODEL before the delta, where its push is not compressed), so the server
+corrects and applies each piece as it arrives instead of waiting for the
+whole delta (docs/protocol.md).
 """
 from .. import kernels
 from .option import Option
@@ -54,8 +57,12 @@ class DelayCompensation:
         self.lam = lam
         self.starts = {rank: center.copy() for rank in ranks}
 
-    def correct(self, rank, x, delta):
-        kernels.delay_compensate(delta, x, self.starts[rank].data, self.lam)
+    def correct(self, rank, x, delta, mean_sq=None, lo=0, hi=None):
+        """Elements [lo, hi) of `delta`, corrected against x's; mean_sq: the
+        whole delta's mean square, which a piece alone does not have."""
+        part = slice(lo, hi)
+        kernels.delay_compensate(delta[part], x[part], self.starts[rank].data[part], self.lam,
+                                 mean_sq)
 
     def replied(self, rank, x):
         self.starts[rank].data[...] = x

@@ -2,8 +2,9 @@
 server updates piece j of a sync while the later ones still travel. With
 the 23-element test model cut into pieces of 1, 5 and 7 elements (uneven,
 across tensors) and in one message, every center and every worker model
-equals the serial replay of docs/algorithms.md; so do dc (which reads the whole
-delta first), held replies and shards in pieces. easgd keeps one message.
+equals the serial replay of docs/algorithms.md; so do dc (each piece
+corrected with the mean square the worker sent first), held replies and
+shards in pieces. easgd keeps one message.
 A failing update in the middle of a sync ends every rank without a hang,
 and ranks that disagree on the piece size fail at create with one line."""
 import numpy as np
@@ -63,11 +64,14 @@ def test_easgd_keeps_one_message(comm):
 
 
 def test_dc_in_pieces(comm):
-    """dc needs the whole delta's mean square before it corrects piece 0."""
-    with Pieces(5):
-        check_replay(comm, "asgd", lambda x, log, f: reference.asgd(
+    """dc corrects each piece with the whole delta's mean square, which the
+    worker sends first: the server takes the delta piece by piece."""
+    with Pieces(5) as p:
+        obj, log, _ = check_replay(comm, "asgd", lambda x, log, f: reference.asgd(
             x, log, f, 1.0, None, "worker", "dc", 0.5),
             staleness_compensation="dc", dc_lambda=0.5)
+    if obj.role == "server":
+        assert p.received == -(-SIZE // 5) * len(log)
 
 
 @pytest.mark.parametrize("name", ["asgd", "masgd"])
