@@ -86,7 +86,7 @@ def child(argv):
     import psgd.torch
     from psgd.data import load_mnist1d, shard_range
     p = common.child_args()
-    p.add_argument("--mode", choices=torch_ddp_report.MODES + ("sod", "sod_1bit"), required=True)
+    p.add_argument("--mode", choices=torch_ddp_report.MODES + ("sod", "sod_1bit", "asgd", "masgd"), required=True)
     p.add_argument("--model", choices=sorted(MODELS), default="cnn")
     p.add_argument("--hidden", type=int, default=None,
                    help="the FC layer's width (default: --model's)")
