@@ -55,7 +55,7 @@ def create(name, model, comm=None, buffers=False, bucket_mb=None, factors=None, 
     error = plan = None
     try:
         plan = _Plan(name, model, buffers, bucket_mb, factors)
-        if not plan.needs_grads:    # syncgrad's by_n sums 1bit's local steps: README
+        if not plan.needs_grads:    # not syncgrad's by_n: with 1bit its ranks' steps (README)
             options = by_n.given_over(name, comm.size, options)
         else:                       # the buckets start MPI's non-blocking sums
             if options.get("exchange") not in (None, "mpi"):

@@ -25,7 +25,6 @@ from .algorithms import by_n
 from .errors import UsageError
 
 
-
 class _Distributed:
     """The methods DistributedOptimizer puts in front of the optimizer's."""
 

@@ -3,8 +3,8 @@ psgd.torch give a user who names only the algorithm, each chosen by
 measurement (benchmarks/FINDINGS.md). psgd.create keeps the contract's own
 defaults (docs/algorithms.md); these are the options that made `--algo X`
 at N workers as good as one worker. Some go with a larger local rate, which
-the trainer sets (psgd/train/defaults.py) and a psgd.torch user sets on
-their optimizer: RATE_FACTORS says which."""
+the trainer sets (psgd/train/defaults.py: bmuf_lr_factor, asgd_lr_factor,
+masgd_lr_factor) and a psgd.torch user sets on their optimizer (README)."""
 from .base import REGISTRY
 from .masgd import Masgd
 
