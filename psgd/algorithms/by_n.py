@@ -5,18 +5,22 @@ defaults (docs/algorithms.md); these are the options that made `--algo X`
 at N workers as good as one worker. Some go with a larger local rate, which
 the trainer sets (psgd/train/defaults.py: bmuf_lr_factor, asgd_lr_factor,
 masgd_lr_factor) and a psgd.torch user sets on their optimizer (README)."""
+import numbers
+
 from .base import REGISTRY
 from .masgd import Masgd
 
 
 def given_over(algo, size, given):
     """The options `given` over options() for the workers among `size`
-    ranks (`given` may name the servers); an unknown algorithm: `given`,
-    for psgd.create to name."""
-    cls = REGISTRY.get(algo)
-    if cls is None:
+    ranks (`given` may name the servers). `given` alone where there is no
+    worker to choose for (an unknown algorithm, bad servers, too few
+    ranks): psgd.create names what is wrong."""
+    cls, servers = REGISTRY.get(algo), given.get("servers") or 1
+    if cls is None or isinstance(servers, bool) or not isinstance(servers, numbers.Integral):
         return given
-    return {**options(algo, cls.workers(size, given.get("servers") or 1), given), **given}
+    workers = cls.workers(size, servers)
+    return {**options(algo, workers, given), **given} if workers >= 1 else given
 
 
 def options(algo, num_workers, given=None):

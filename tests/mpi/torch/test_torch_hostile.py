@@ -61,3 +61,20 @@ def test_bmuf_takes_compression(comm):
     with psgd.torch.create("bmuf", Pair("ab"), comm=comm, compression="1bit") as sync:
         sync.synchronize(1)
         assert "residual_worker" in sync.algorithm.state_dict()
+
+
+@pytest.mark.parametrize("name, servers, alone, message", [
+    ("easgd", None, True, "easgd needs a server and at least one worker"),
+    ("asgd", "2", False, r"servers must be an integer >= 1, got '2'"),
+    ("masgd", 2.5, False, r"servers must be an integer >= 1, got 2.5")])
+def test_no_workers_to_choose_defaults_for_is_psgd_creates_one_line(comm, name, servers, alone,
+                                                                     message):
+    """psgd.torch picks its options by the number of workers; where there is
+    none (one process) or the servers are no count, psgd.create's error
+    comes on every rank, not a ZeroDivisionError or a TypeError."""
+    on = comm.Split(comm.rank) if alone else comm
+    extra = {} if servers is None else {"servers": servers}
+    with pytest.raises(psgd.UsageError, match=message):
+        psgd.torch.create(name, Pair("ab"), comm=on, **extra)
+    if alone:
+        on.Free()
