@@ -77,8 +77,8 @@ def serve(incoming, center, source, update, reply=True, received=False):
     """The server's side of one sync with `source`, piece by piece: receive
     piece j into `incoming`, run update(lo, hi) on it, and (reply) send
     piece j of `center` back while later pieces are still arriving.
-    received: `incoming` already holds the whole message (dc needs all of
-    it before the first piece can be corrected)."""
+    received: `incoming` already holds the whole message (a compressed
+    push, decoded whole)."""
     bounds = incoming.pieces()
     receives = [] if received else [incoming.irecv_part(source, lo, hi) for lo, hi in bounds]
     sends = []

@@ -100,9 +100,9 @@ class AsgdServer(Server):
         self.since_release += 1
         hold = bool(self.held) or 0 < self.barrier_period <= self.since_release
         dc, received = self.delay_compensation, False
-        mean_sq = self.receive_mean_square(rank)
-        if mean_sq is not None:
-            mean_sq.wait()
+        request, mean_sq = self.receive_mean_square(rank), None
+        if request is not None:
+            request.wait()
             mean_sq = self.mean_squares[rank]
         if self.decoder is not None and self.decoder.compressed(rank):
             # one message of Q(u); delta_k = D(q)
