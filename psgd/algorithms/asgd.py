@@ -194,11 +194,26 @@ class Asgd(ServerWorker):
             self.push.residual.fill(0)
 
     def before_push(self):
-        w, w_prev = self.buffer.data, self.previous.data
-        self.buffer.xp.subtract(w, w_prev, out=self.delta.data)          # w_k - w_prev
+        self.formed, self.pulled = [False] * self.servers, []
         self.wires = None
         if self.push is not None and self.push.applies(self.syncs):
+            self._form(range(self.servers), mean_squares=False)
             self.wires = self.push.encode(self.delta.data, self.syncs, self.node.rank)
+        else:       # the later turns' shards while the first turn's bytes move
+            self._form(self.turns()[0])
+
+    def _form(self, shards, mean_squares=True):
+        """delta <- w_k - w_prev on `shards` not formed yet (dc: and each
+        one's mean square, which its server reads before the first piece of
+        a push not compressed)."""
+        w, w_prev, delta = self.buffer.data, self.previous.data, self.delta.data
+        for s in shards:
+            if not self.formed[s]:
+                lo, hi = self.shards[s]
+                self.buffer.xp.subtract(w[lo:hi], w_prev[lo:hi], out=delta[lo:hi])
+                if mean_squares and self.staleness_compensation == "dc":
+                    self.mean_squares[s] = kernels.mean_square(delta[lo:hi])
+                self.formed[s] = True
 
     def exchange_with_server(self, servers):
         receives = [(s, self.previous_parts[s].irecv(s)) for s in servers]  # w_prev <- x
@@ -210,16 +225,27 @@ class Asgd(ServerWorker):
             sends = [(s, self._send_mean_square(s)) for s in servers
                      if self.staleness_compensation == "dc"]
             sends += [(s, self.delta_parts[s].isend(s)) for s in servers]
+        # with servers in turns (S > 1), the work of the other turns' shards
+        # runs while this turn's bytes cross the link
+        self._form(range(self.servers))
+        self._take_pulled()
         self.await_server(receives, sends)
+        self.pulled += servers
 
     def _send_mean_square(self, s):
-        lo, hi = self.shards[s]
-        self.mean_squares[s] = kernels.mean_square(self.delta.data[lo:hi])
         return mpi.Request([self.comm.Isend([self.mean_squares[s:s + 1], MPI.DOUBLE], dest=s,
                                             tag=TAG_MODEL)])
 
+    def _take_pulled(self):
+        """w_k <- x on the shards pulled so far."""
+        w, x = self.buffer.data, self.previous.data
+        for s in self.pulled:
+            lo, hi = self.shards[s]
+            w[lo:hi] = x[lo:hi]
+        self.pulled = []
+
     def after_pull(self):
-        self.buffer.data[...] = self.previous.data                       # w_k <- x
+        self._take_pulled()                                              # w_k <- x
 
     def state_dict(self):
         state = {"w_prev": host_copy(self.previous.data)}
