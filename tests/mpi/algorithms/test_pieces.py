@@ -91,9 +91,12 @@ def test_shards_in_pieces(comm, name):
         check_sharded_replay(comm, name, REPLAYS[name], 2, **OPTIONS[name])
 
 
+# pieces of 1: 23 pieces, more than the server posts receives ahead
+# (pieces.RECEIVES_AHEAD), so the failure leaves sends it has not received
+@pytest.mark.parametrize("piece", [5, 1])
 @pytest.mark.parametrize("name", ["asgd", "masgd"])
-def test_a_failing_update_between_pieces_stops_every_rank(comm, name):
-    with Pieces(5):
+def test_a_failing_update_between_pieces_stops_every_rank(comm, name, piece):
+    with Pieces(piece):
         obj = psgd.create(name, [np.zeros(SIZE)], comm=comm)
     if obj.role == "server":
         import psgd.kernels as kernels
