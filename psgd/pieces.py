@@ -81,10 +81,9 @@ def serve(incoming, center, source, update, reply=True, received=False):
     received: `incoming` already holds the whole message (a compressed
     push, decoded whole). The receives are posted RECEIVES_AHEAD pieces
     ahead of the one being served, not all at once: each post meets the
-    worker's waiting rendezvous and costs tens of microseconds, and 305
-    of them (a 1e7-float32 model in 128 KB pieces) had kept the first
-    piece from starting for 9 ms (benchmarks/FINDINGS.md, "The server's
-    receives posted ahead")."""
+    worker's waiting rendezvous and takes its time, so posting every one
+    first kept the link idle before the first piece (benchmarks/
+    FINDINGS.md, "The server's receives posted ahead")."""
     bounds = incoming.pieces()
     receives, sends = [], []
 
