@@ -103,10 +103,12 @@ def report(runs):
           "`vs bare`: psgd's bytes per second over the bare exchange's. "
           "`server CPU`: the busiest server's CPU time over its wall time. `load`: the "
           "machine's 1-minute load average before and after the job. asgd's model messages go "
-          "in the server piece of ranks that span hosts (%s elements), all posted at once; "
+          "in the server piece of ranks that span hosts (%s elements), the worker's all "
+          "posted at once, the server's receives %d pieces ahead of the one it serves; "
           "easgd's server answers with blocking Sendrecvs of %s KiB (eager) pieces "
           "(psgd/pieces.py, benchmarks/FINDINGS.md)." % (
-              TARGET, "{:,}".format(pieces.ACROSS_HOSTS_PIECE), pieces.EAGER_PIECE_BYTES >> 10),
+              TARGET, "{:,}".format(pieces.ACROSS_HOSTS_PIECE), pieces.RECEIVES_AHEAD,
+              pieces.EAGER_PIECE_BYTES >> 10),
           "",
           cluster.NOTE, "",
           common.table(["algo", "rate", "S", "N", "parameters", "syncs", "per sync",
