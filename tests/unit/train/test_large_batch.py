@@ -130,9 +130,12 @@ def test_asgd_adds_the_mean_delta_delay_compensated_from_2_workers():
     options = [algorithm_options_of(asgd, n) for n in (1, 2, 3, 4, 8)]
     assert [o.get("alpha") for o in options] == [None, 0.5, 1 / 3, 0.25, 0.125]
     assert [o["staleness_compensation"] for o in options] == ["none", "dc", "dc", "dc", "dc"]
-    # max(3, N / 2) for every optimizer: the SGD family's linear N diverged
-    assert [lr_scale(asgd, n) for n in (1, 2, 4, 6, 7, 8)] == [1.0, 3.0, 3.0, 3.0, 3.5, 4.0]
+    # x3 to 4 workers, then max(4, N / 2), for every optimizer: the SGD
+    # family's linear N diverged
+    assert [lr_scale(asgd, n) for n in (1, 2, 4, 5, 6, 8, 10)] == [1.0, 3.0, 3.0, 4.0, 4.0, 4.0,
+                                                                 5.0]
     assert lr_scale(make_config(algo="asgd", optimizer="momentum"), 8) == 4.0
+    assert lr_rule_name(asgd) == "asgd 3x to 4 workers, then max(4, N/2)"
     assert lr_scale(make_config(algo="asgd", lr_scaling=False), 8) == 1.0
     assert warmup_epochs(asgd) == 0
     assert algorithm_options_of(make_config(algo="asgd", alpha=1.0), 4)["alpha"] == 1.0
