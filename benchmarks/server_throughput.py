@@ -127,12 +127,13 @@ def _measure(comm, size, servers, duration, algo=ALGO):
                     cpu_s=stats.cpu_s, idle_cpu_s=getattr(stats, "idle_cpu_s", None),
                     shard_bytes=(hi - lo) * 4)
     else:
-        syncs, end = 0, time.perf_counter() + duration
+        began = time.perf_counter()
+        done, end = [], began + duration        # each sync's end, from this rank's start
         while time.perf_counter() < end:
             obj.synchronize(1)
-            syncs += 1
+            done.append(time.perf_counter() - began)
         obj.stop(0)
-        mine.update(syncs=syncs)
+        mine.update(syncs=len(done), done=done)
     obj.close()
     ranks = comm.gather(mine, root=0)
     if comm.rank != 0:
@@ -141,11 +142,29 @@ def _measure(comm, size, servers, duration, algo=ALGO):
     syncs = sum(r["syncs"] for r in ranks if not r["server"])
     wall = max(r["wall_s"] for r in served)
     busiest = max(served, key=lambda r: r["syncs"] * r["shard_bytes"])
+    steady = steady_syncs_per_s([r["done"] for r in ranks if not r["server"]])
     return {"size": size, "syncs": syncs, "wall_s": wall, "syncs_per_s": syncs / wall,
             "busiest_bytes_per_s": 2 * busiest["syncs"] * busiest["shard_bytes"] / wall,
             "servers_bytes_per_s": sum(2 * r["syncs"] * r["shard_bytes"] for r in served) / wall,
+            # every sync moves the model's bytes each way, over all the shards
+            "steady_bytes_per_s": steady and 2 * steady * size * 4,
             "busiest_busy_share": busiest["busy_s"] / busiest["wall_s"],
             "server_cpu_share": max(r["cpu_s"] / r["wall_s"] for r in served)}
+
+
+def steady_syncs_per_s(done):
+    """Syncs per second while every worker syncs: `done` holds each worker's
+    sync end times (seconds from the common start after a barrier); the syncs
+    of all workers that end after the latest first end, up to the earliest
+    last end, over that span. The run's start-up (connections, first touches
+    of the buffers) and its wind-down (the first worker stopped, the others
+    still syncing) are left out; None where the span is empty."""
+    if not all(done):
+        return None
+    start, end = max(d[0] for d in done), min(d[-1] for d in done)
+    if end <= start:
+        return None
+    return sum(start < t <= end for d in done for t in d) / (end - start)
 
 
 # driver ---------------------------------------------------------------------------
