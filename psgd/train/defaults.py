@@ -96,15 +96,10 @@ ASGD_X3_UP_TO = 4
 
 def asgd_lr_factor(num_workers):
     """asgd's mean delta moves the center 1/N of a worker's way per sync, so
-    its local rate grows with N: x3 up to ASGD_X3_UP_TO workers, then
-    max(4, N / 2), for every optimizer. Adam: x2 ended 0.3 and 0.9 points
-    below x3 at 3 and 4 workers. At 5 and 6 x4 ended 0.78 and 0.73 points
-    closer to one worker than x3 and reached 90% 1.2 epochs sooner (12 and 24
-    seeds, 3-6 standard errors); at 4 it gained 0.30 too, but fell 3.5-7.4
-    points between two epochs in 3 of 24 runs where x3 fell no more than
-    2.1. At 8, x3, x4 and x5.66 ended 1.5, 0.4-1.0 and 0.6 points behind
-    one worker. SGD with momentum at 8: the linear rule's x8 diverged, x4
-    1.6 behind."""
+    its local rate grows with N, for every optimizer (the SGD family's
+    linear N diverged at 8 workers): x3 up to ASGD_X3_UP_TO workers, where
+    x4 learned faster but fell more often between two epochs, then
+    max(4, N / 2) (benchmarks/FINDINGS.md, "asgd's rate from 5 workers")."""
     if not asgd_mean(num_workers):
         return 1.0
     return 3.0 if num_workers <= ASGD_X3_UP_TO else max(4.0, num_workers / 2.0)
