@@ -85,11 +85,14 @@ def report(runs):
                      "%.2f" % ((steady or row["servers_bytes_per_s"]) / bare) if bare else "-",
                      "%.0f%%" % (100 * row["server_cpu_share"]), "%.1f-%.1f" % tuple(r["load"])])
         if r["workers"] > 1:
-            heads.append("%s servers across hosts at %s, S = %d, N = %d: %.2f of what "
-                         "their links allow while every worker syncs (%.2f over the whole "
-                         "run; %s/s through the servers)%s" % (
-                             r.get("algo", "asgd"), r["rate"], r["servers"], r["workers"], held,
-                             share, common.fmt_bytes(row["servers_bytes_per_s"]),
+            # results from before the steady share have the whole run's only
+            measured = ("%.2f of what their links allow while every worker syncs (%.2f "
+                        "over the whole run; " % (held, share) if steady else
+                        "%.2f of what their links allow over the whole run (" % share)
+            heads.append("%s servers across hosts at %s, S = %d, N = %d: %s%s/s through the "
+                         "servers)%s" % (
+                             r.get("algo", "asgd"), r["rate"], r["servers"], r["workers"],
+                             measured, common.fmt_bytes(row["servers_bytes_per_s"]),
                              "; a bare MPI exchange of the same bytes %.2f" % bare_share
                              if bare else ""))
     md = ["asgd (and easgd) with S servers and N workers, one rank per namespace host, the servers "
