@@ -64,7 +64,7 @@ OPTIONS = {**ASGD_OPTIONS,
 class MasgdServer(AsgdServer):
     name = "masgd"
     OPTIONS = OPTIONS
-    SHARDED_STATE = ("center", "velocity")
+    SHARDED_STATE = ("center", "average", "velocity")
     # the delayed update's open period restarts at another N (its deltas are
     # in the center already: only that period's momentum step is skipped)
     WORKER_STATE = ("period_sum", "in_period")

@@ -27,9 +27,10 @@ message to each server it trades a shard with, and trades each shard with its
 server. A server that gives up tells its workers as above; they answer it and
 finish with the others, so every server's run() ends; then the servers agree
 (one Allgather of [failed, code, sender, value] among them) and all raise, or
-servers 1..S-1 send their shard to rank 0 (TAG_SHARD), whose params then hold
-the whole center. Where the rule depends on the service order (asgd/masgd's
-barrier_period), servers 1..S-1 serve in rank 0's order (service_order.py).
+servers 1..S-1 send their shard to rank 0 (TAG_SHARD; round_end.py), whose
+params then hold the whole center. Where the rule depends on the service
+order (asgd/masgd's barrier_period), servers 1..S-1 serve in rank 0's order
+(service_order.py).
 Otherwise a worker meets its servers in turns (server_worker.py), so each
 server's queue sees a worker only when its turn has come.
 
@@ -55,9 +56,10 @@ from mpi4py import MPI
 from .. import mpi, pieces, trace, ulfm
 from ..buffers import host_copy, shard_bounds
 from ..errors import ProtocolError, UsageError
-from ..protocol import (CONTROL_SLOTS, MSG_FINISHED, NOTICE_DONE, NOTICE_SERVER_ERROR,
-                        TAG_MSG, TAG_SHARD, notice_text)
+from ..protocol import CONTROL_SLOTS, MSG_FINISHED, NOTICE_DONE, NOTICE_SERVER_ERROR, TAG_MSG
+from . import round_end
 from .base import Algorithm
+from .center_average import CenterAverage
 from .control_queue import ControlQueue
 from .in_flight import InFlight, Transfer
 from .option import Option
@@ -78,6 +80,11 @@ def _survivable(v):
 
 
 SERVER_OPTIONS = {"poll_max_sleep": Option(1e-3, _sleep_range, flag=False),
+                  "average_examples": Option(
+                      0.0, lambda v: None if v >= 0 else "must be >= 0",
+                      help="the model a job keeps: the center averaged over about this many "
+                           "examples of its updates (0: the center itself; the trainer's "
+                           "default: a quarter of an epoch)"),
                   "survive_worker_loss": Option(
                       False, _survivable, kind=bool,
                       help="a worker whose process dies is dropped and the others go on "
@@ -100,7 +107,8 @@ class Server(GivingUp, Algorithm):
     role = "server"
     server_based = True
     in_pieces = True            # model messages in pieces (pieces.py)
-    GLOBAL_STATE = SHARDED_STATE = ("center",)
+    GLOBAL_STATE = SHARDED_STATE = ("center", "average")
+    OPTIONAL_STATE = ("average",)   # from a job that kept none: a = x
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -113,8 +121,16 @@ class Server(GivingUp, Algorithm):
         self.center_exchange = part(self.exchange, *self.shard)
         # x: the whole buffer with one server, else a view of this shard
         self.center = self.buffer if self.servers == 1 else self.center_exchange.buffer
-        if self.servers > 1:
-            self._gather = [part(self.exchange, lo, hi) for lo, hi in bounds]
+        self._gather = [part(self.exchange, lo, hi) for lo, hi in bounds]
+        self.average = None
+        if self.average_examples > 0:     # a: whole, as x is on rank 0, each server its shard
+            whole = mpi.Exchange(self.comm, self.buffer.like())
+            self.model_buffer = whole.buffer
+            self._gather += [part(whole, lo, hi) for lo, hi in bounds]
+            self.average = CenterAverage(self.center, self._gather[-self.servers + self.node.rank]
+                                         .buffer, self.average_examples)
+        else:
+            self.model_buffer = self.buffer         # what a job evaluates and writes
         self.incoming = self.center.like()          # w_k or delta_k, as received
         self.incoming_exchange = part(mpi.Exchange(self.comm, self.incoming), 0, self.incoming.size)
 
@@ -171,15 +187,23 @@ class Server(GivingUp, Algorithm):
         return None, None
 
     def state_dict(self):
-        return {"center": host_copy(self.center.data)}       # this rank's shard of x
+        state = {"center": host_copy(self.center.data)}      # this rank's shard of x
+        if self.average is not None:
+            self.average.fold()
+            state["average"] = host_copy(self.average.average.data)
+        return state
 
     def _load_state(self, state):
         self.center.data[...] = self.buffer.xp.asarray(state["center"])
         self.restart()
+        if self.average is not None and "average" in state:
+            self.average.average.data[...] = self.buffer.xp.asarray(state["average"])
 
     def restart(self):
         # rank -> update count of the x it last got: every worker holds x now
         self.started_from = {rank: self.syncs for rank in self.workers_ranks}
+        if self.average is not None:
+            self.average.restart()
 
     # the event loop ------------------------------------------------------------
     def run(self):
@@ -198,9 +222,11 @@ class Server(GivingUp, Algorithm):
         except KeyboardInterrupt:
             raise
         except BaseException:
-            self._end_shards(failed=True)
+            round_end.end_shards(self, failed=True)
             raise
-        self._end_shards(failed=False)
+        if self.average is not None:
+            self.average.fold()
+        round_end.end_shards(self, failed=False)
         stats.wall_s = time.perf_counter() - wall
         stats.cpu_s = time.process_time() - cpu
         stats.syncs, stats.samples, stats.finished = self.syncs, self.samples, len(self.finished)
@@ -246,35 +272,6 @@ class Server(GivingUp, Algorithm):
     def give_up_after_leader(self):
         """A follower told that rank 0 gave up: so does it (raises)."""
         self._give_up(NOTICE_SERVER_ERROR, 0, 0, "server rank 0 stopped")
-
-    def _end_shards(self, failed):
-        """S > 1, every server after its loop: agree on whether any failed
-        (then each raises), else bring every shard of x to rank 0's params."""
-        if self.server_comm is None:
-            return
-        mine = np.zeros(5, dtype=np.int64)
-        if failed:
-            mine[:4] = (1, *(self.notice_sent if self.notice_sent is not None
-                             else (NOTICE_SERVER_ERROR, self.node.rank, 0)))
-        if self.order is not None:
-            mine[4] = self.order.sent               # the leader's count of orders
-        status = np.zeros((self.servers, 5), dtype=np.int64)
-        self.server_comm.Allgather([mine, MPI.INT64_T], [status, MPI.INT64_T])
-        if self.order is not None and not self.order.leads:
-            self.order.drain(int(status[0, 4]))
-        bad = [s for s in range(self.servers) if status[s, 0]]
-        if bad:
-            if not failed:
-                _, code, sender, value = (int(v) for v in status[bad[0], :4])
-                self.failure = "%s server rank %d: server rank %d stopped: %s" % (
-                    self.name, self.node.rank, bad[0], notice_text(code, sender, value))
-                raise ProtocolError(self.failure)
-            return
-        if self.node.is_main:
-            for s in range(1, self.servers):
-                self._gather[s].recv(s, tag=TAG_SHARD)
-        else:
-            self.center_exchange.send(mpi.MAIN_RANK, tag=TAG_SHARD)
 
     def close(self):
         if self.comm is not None and self.server_comm is not None:
@@ -340,6 +337,8 @@ class Server(GivingUp, Algorithm):
         self.log.append(Service(rank, n_k, self.syncs, reply, arrived, self.staleness))
         self.syncs += 1
         self.samples += n_k
+        if self.average is not None:
+            self.average.updated(n_k)
         self.stats.per_worker[rank][0] += 1
         self.stats.per_worker[rank][1] += n_k
         if listen:

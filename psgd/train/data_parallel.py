@@ -6,6 +6,7 @@ The Trainer's epoch loop talks to this object, or to hybrid.ModelParallel,
 through the same small interface (see Trainer): roles, build (the network,
 its optimizer and the data arrays are the strategy's from then on),
 train_epoch, evaluate, rollback, checkpoint state and the final model."""
+import contextlib
 import time
 import warnings
 
@@ -20,7 +21,7 @@ from . import checkpoint as ckpt
 from . import resize
 from . import shares as work_shares
 from . import whole_model
-from .defaults import asgd_paced
+from .defaults import asgd_paced, center_average_examples
 from .faults import FiniteGuard
 from .metrics import ServerTotals, kaldi_log, short
 
@@ -57,19 +58,22 @@ class DataParallel:
         net = self.net = whole.net
         self.model_header, self.optimizer = whole.header, whole.optimizer
         self.train_set, self.held_out = whole.train, whole.held_out
+        options = dict(self.config.algorithm.options)
+        if self.server_based:
+            options.setdefault("average_examples", center_average_examples(data.total_train))
         self.sync = create(self.config.run.algo, net.params, comm=self.comm,
                            grads=net.grads if self.gradients_averaged else None,
                            stats=net.stat_buffer.views if not self.server_based else None,
-                           servers=self.servers if self.server_based else None,
-                           **self.config.algorithm.options)
+                           servers=self.servers if self.server_based else None, **options)
         net.rebind(self.sync.params, self.sync.grads)
         # The server algorithms do not average BatchNorm statistics: the
         # trainer does before evaluating, over this exchange made once.
         self.stat_exchange = mpi.Exchange(self.comm, net.stat_buffer)
         if self.server_based:
-            # Workers evaluate the server's center in a buffer of their own:
-            # their parameters belong to the algorithm and are not written.
-            self.center = net.param_buffer if self.is_server else net.param_buffer.like()
+            # Every rank evaluates the server's model (its center, or the
+            # center's average) in a buffer apart from the one it computes
+            # with, where that is the algorithm's to write (the workers').
+            self.center = self.sync.model_buffer if self.is_server else net.param_buffer.like()
             self.center_exchange = mpi.Exchange(self.comm, self.center)
         self.guard = FiniteGuard(backend.xp, net.param_buffer.data, net.grad_buffer.data,
                                  self.optimizer, self.config.faults.skip_nonfinite,
@@ -102,6 +106,10 @@ class DataParallel:
         parts = ["a sync every minibatch" if self.gradients_averaged else
                  "a sync every %d samples" % algorithm.sync_period]
         parts += ["%s %s" % (k, short(v)) for k, v in sorted(algorithm.options.items())]
+        built = self.sync is not None
+        if built and self.server_based and "average_examples" not in algorithm.options:
+            parts.append("the model kept: the center averaged over %s examples" % short(
+                self.sync.options["average_examples"]))
         return "%s for %d workers: %s" % (self.title(), self.num_workers, ", ".join(parts))
 
     # the epoch -----------------------------------------------------------------------
@@ -209,16 +217,11 @@ class DataParallel:
         if self.server_based:
             self._average_stats_over_workers()
             self.center_exchange.bcast(mpi.MAIN_RANK)
-            if not self.is_server:
-                self.net.rebind(self.center.views)
-        try:
+        with self._computing_with_model():
             if len(y):
                 loss, acc = self.net.evaluate(x, y)
                 frames = int((y >= 0).sum())
                 sums[:] = (loss * frames, acc * frames, frames)
-        finally:
-            if self.server_based and not self.is_server:
-                self.net.rebind(self.sync.params, self.sync.grads)
         self.comm.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
         if sums[2] == 0:
             return float("nan"), float("nan")
@@ -232,9 +235,22 @@ class DataParallel:
         s *= s.dtype.type(0.0 if self.is_server else 1.0 / self.num_workers)
         self.stat_exchange.allreduce()
 
+    @contextlib.contextmanager
+    def _computing_with_model(self):
+        """The network computes with the server's model for the while (a
+        server algorithm: in `center`), else with its own parameters."""
+        apart = self.server_based and self.center is not self.net.param_buffer
+        if apart:
+            self.net.rebind(self.center.views)
+        try:
+            yield
+        finally:
+            if apart:
+                self.net.rebind(self.sync.params, self.sync.grads)
+
     def model(self):
         """The model newbob keeps as its best (rank 0's is what counts)."""
-        return self.net.param_buffer.data
+        return (self.center if self.server_based else self.net.param_buffer).data
 
     def rollback(self, best):
         """newbob rejected the epoch: rank 0's `best` becomes every rank's
@@ -300,8 +316,12 @@ class DataParallel:
         self.guard.saved()
 
     def final_state(self):
-        """Collective: the model to write, on rank 0 (w_g, or the server's center)."""
-        return self.net.state_dict() if self.rank == mpi.MAIN_RANK else None
+        """Collective: the model to write, on rank 0 (w_g, or the server's
+        model: its center, or the center's average)."""
+        if self.rank != mpi.MAIN_RANK:
+            return None
+        with self._computing_with_model():
+            return self.net.state_dict()
 
     def closing_lines(self, say, main):
         """Collective: the last log lines about how the run went."""

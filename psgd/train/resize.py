@@ -100,6 +100,8 @@ def global_state(saved, sync, rank):
     state = {}
     for key in keys:
         if key in sync.SHARDED_STATE:
+            if key in sync.OPTIONAL_STATE and key not in saved.algo(0):
+                continue        # none kept then: load_state_dict starts it afresh
             lo, hi = shard_bounds(size, layout.servers)[rank]
             state[key] = saved.whole(key, size)[..., lo:hi]
         else:

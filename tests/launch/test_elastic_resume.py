@@ -153,6 +153,19 @@ def test_only_the_servers_change_on_the_same_ranks(tmp_path, before, after):
     assert "cut for %d" % after in result.stdout, result.stdout
 
 
+def test_a_checkpoint_that_kept_no_average_resumes_at_another_size(tmp_path):
+    """A job whose model was the center (--average-examples 0, or one from
+    before the average) resized into one that keeps the average: it starts
+    at the center."""
+    ck, metrics = str(tmp_path / "ck"), str(tmp_path / "m.jsonl")
+    flags = ["--algo", "asgd", "--metrics", metrics, "--quiet"]
+    assert hop(4, ck, flags + ["--servers", "2", "--average-examples", "0"], 1,
+               check=False).returncode == 0
+    result = hop(3, ck, flags + ["--resume"], 2, check=False)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert len(accuracies(metrics)) == 2
+
+
 def test_without_latest_another_size_takes_the_newest_complete_folder(sharded):
     os.remove(os.path.join(sharded, "LATEST"))
     os.remove(os.path.join(sharded, "epoch-0001", "rank-00003.npz"))    # torn: not this one

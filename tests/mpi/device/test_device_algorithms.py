@@ -14,6 +14,7 @@ pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.timeout(120)]
 collective = load("algorithms/test_collective.py")
 servers = load("algorithms/test_servers.py")
 in_flight = load("algorithms/test_in_flight.py")
+average = load("algorithms/test_center_average.py")
 
 
 @pytest.mark.parametrize("name,update,final_of,options", [
@@ -128,6 +129,14 @@ def test_sharded_server_replay_on_device(comm, xp, name):
     options = {"alpha": 0.5} if name == "easgd" else {}
     obj, _ = check_sharded_replay(comm, name, replay, comm.size - 1, xp=xp, **options)
     assert obj.buffer.on_device
+
+
+def test_center_average_on_device(comm, xp):
+    """The average folded by a device kernel, then gathered from every
+    shard through the pinned mirror (staged) or the device buffer."""
+    obj = average.check_average(comm, max(1, comm.size - 1), xp=xp)
+    assert obj.buffer.on_device and (obj.role != "server" or obj.model_buffer.on_device)
+    obj.close()
 
 
 @pytest.mark.parametrize("name", ["asgd", "masgd"])
