@@ -38,7 +38,7 @@ def sums_local_steps(args):
 
 # The server algorithms' model: the center averaged over a quarter of an
 # epoch (center_average.py). It took the mean of the runs' largest fall
-# after epoch 10 from 1.0-1.1 points to 0.5-0.7 at 4 and 8 workers, at the
+# after epoch 10 from 1.0-1.1 points to 0.6-0.8 at 4 and 8 workers, at the
 # same final accuracy and epochs to 90% (benchmarks/FINDINGS.md, "The
 # server's center averaged"); half an epoch measured alike.
 AVERAGE_EPOCHS = 0.25
