@@ -6,11 +6,9 @@ center's updates carried,
 
 so a weighs the center of m examples ago by exp(-m / H) whatever the sync
 sizes. The workers still pull x; a is what a job evaluates and writes
-(Server.model_buffer). Asynchronous deltas make x noisy at the full rate: a
-held-out accuracy of x fell 2-4 points between two epochs in a few percent
-of the server runs, and the average over a quarter of an epoch held every
-fall under 1.3 points at the same final accuracy (benchmarks/FINDINGS.md,
-"The server's center averaged").
+(Server.model_buffer): asynchronous deltas make x itself noisy at the full
+rate, and the model read off it at an epoch's end can stand anywhere in
+that noise (benchmarks/FINDINGS.md, "The server's center averaged").
 
 Folding is a pass over the shard, so it runs once the updates since the
 last fold carry H / FOLDS examples (the weights are the same, the steps
