@@ -59,20 +59,32 @@ def sod(ws, ns, state, outer, lr, mu=0.9, beta1=0.9, beta2=0.999, eps=1e-8):
 # Server algorithms: replays in the order the server logged its services. ------
 # `log` rows are (rank, n_k, order, reply, ...) as psgd's server records them;
 # `local(k, t)` is the change worker k makes to its model before its t-th sync.
-def easgd(x0, log, local, alpha):
+def easgd(x0, log, local, alpha, late=False, owed=None, workers=None):
     """Returns the center and, per worker, its model after each of its syncs.
     The worker gets the center as it was after `reply` updates (`order` when
     served in line, earlier when served in the background); the server's
-    update reads the center as it is when it is applied."""
-    versions, w, after = [x0.copy()], {}, {}
+    update reads the center as it is when it is applied. `late`: every
+    worker leaves its exchanges in flight (overlap.py): the pull of sync t,
+    alpha (s - x_reply) with s the model it sent, lands as sync t + 1
+    begins; `owed[k]` gets the pull its stop() still lands. `workers`: N,
+    under staleness_compensation=scale: the server's rate on a sync of
+    staleness tau (the log's) is alpha * min(1, N / tau)."""
+    versions, w, after, pulls = [x0.copy()], {}, {}, {}
     for row in log:
         k, order, reply = int(row[0]), int(row[2]), int(row[3])
         assert order == len(versions) - 1 and reply <= order, "log is not in update order"
-        w_k = w.get(k, x0) + local(k, len(after.get(k, ())))
+        w_k = w.get(k, x0) + local(k, len(after.get(k, ()))) - pulls.pop(k, 0)
         x = versions[-1]
-        versions.append(x + alpha * (w_k - x))              # the server, with the old w_k
-        w[k] = w_k - alpha * (w_k - versions[reply])        # the worker, with the x it got
+        rate = alpha * min(1.0, workers / max(1, int(row[5]))) if workers else alpha
+        versions.append(x + rate * (w_k - x))               # the server, with the old w_k
+        if late:
+            pulls[k] = alpha * (w_k - versions[reply])
+            w[k] = w_k
+        else:
+            w[k] = w_k - alpha * (w_k - versions[reply])    # the worker, with the x it got
         after.setdefault(k, []).append(w[k].copy())
+    if owed is not None:
+        owed.update(pulls)
     return versions[-1], after
 
 

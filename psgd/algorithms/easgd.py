@@ -12,11 +12,16 @@ Both sides use the values from before the exchange (a symmetric elastic force).
 A worker whose exchanges crawl (a slow link) is served in the background
 (in_flight.py): it gets x as it was when its exchange began, and the server's
 update uses x as it is when w_k has arrived.
+A worker whose exchanges take a good part of its compute, across hosts,
+leaves them in flight and applies its pull one block late (overlap.py):
+    w_k <- w_k - alpha * (s - x)       s: the w_k it sent
 Default alpha = 0.9 / N (the paper's beta = N * alpha = 0.9).
 """
 import time
 
 from .. import kernels, mpi
+from ..protocol import MSG_SYNC
+from . import overlap
 from .base import register
 from .option import Option
 from .server import SERVER_OPTIONS, Server
@@ -29,6 +34,10 @@ def _elastic_range(alpha):
 
 OPTIONS = {"alpha": Option(lambda N: 0.9 / max(N, 1), _elastic_range,
                     help="moving rate (default 0.9/N; the trainer's: max(0.9/N, 0.3))"),
+           "overlap": Option("auto", kind=overlap.MODES,
+                             help="a worker computes on while its exchange crosses a slow "
+                                  "link, pulling one block late: auto (across hosts, once its "
+                                  "exchanges take a quarter of its compute), always, never"),
            **SERVER_OPTIONS}
 
 
@@ -48,7 +57,7 @@ class EasgdServer(Server):
         return reply
 
     def arrived(self, transfer):
-        kernels.lerp(self.center.data, transfer.incoming.data, self.alpha)  # with x as it is now
+        kernels.lerp(self.center.data, transfer.incoming.data, self.alpha)  # x as it is now
 
 
 @register
@@ -59,12 +68,34 @@ class Easgd(ServerWorker):
                       "and masgd)")
     OPTIONS = OPTIONS
     server = EasgdServer
+    flight = None
 
     def initialized(self):
         super().initialized()
         self.center = self.buffer.like()        # x, as received (every shard)
         self.model_parts = self.shard_parts(self.exchange)
         self.center_parts = self.shard_parts(mpi.Exchange(self.comm, self.center))
+        self.flight = overlap.Flight(self.overlap, self.exchange.spans_hosts())
+
+    def send_and_receive(self, n_k):
+        flight = self.flight
+        flight.begin()
+        if flight.wanted():         # every shard at once: no turn waits for another
+            snapshot, parts = flight.snapshot_of(self)
+            everyone = range(self.servers)
+            self._send_control(MSG_SYNC, n_k, everyone)
+            sends = [(s, parts[s].isend(s)) for s in everyone]
+            receives = [(s, self.center_parts[s].irecv(s)) for s in everyone]
+            flight.leave(receives, sends, self.await_server)
+        else:
+            super().send_and_receive(n_k)
+            flight.exchanged()
+        flight.returned()
+
+    def land(self, before_sync=True):
+        if self.flight is not None and self.flight.land(before_sync):   # w_k -= alpha (s - x)
+            kernels.axpy(self.buffer.data, self.alpha, self.center.data)
+            kernels.axpy(self.buffer.data, -self.alpha, self.flight.snapshot[0].data)
 
     def exchange_with_server(self, servers):
         # one message each way per shard

@@ -79,16 +79,14 @@ class ServerWorker(Algorithm):
         """Push this block (n_k samples) and pull the center; returns True."""
         self.check_open("synchronize")
         n_k = self._count(n_k, "synchronize")
+        self.land()
         self._check_running()
         self.in_round = True
         rec = trace.recorder
         if rec is not None:
             start = trace.now()
         self.before_push()
-        for servers in self.turns():
-            self._send_control(MSG_SYNC, n_k, servers)
-            self.exchange_with_server(servers)
-        self.after_pull()
+        self.send_and_receive(n_k)
         if rec is not None:
             rec.sync(start, trace.now(), self.syncs, collective=False)
         self.syncs += 1
@@ -104,6 +102,7 @@ class ServerWorker(Algorithm):
         n_k = self._count(n_k, "stop")
         if n_k > 0:
             self.synchronize(n_k)
+        self.land(before_sync=False)
         self._check_running()
         self._send_control(MSG_FINISHED, 0)
         self.stopped, self.in_round = True, False
@@ -151,9 +150,22 @@ class ServerWorker(Algorithm):
         k = self.node.rank - self.servers
         return [[(k + j) % self.servers] for j in everyone]
 
+    def send_and_receive(self, n_k):
+        """A sync's messages, after before_push(): control and model to each
+        turn's servers, then after_pull()."""
+        for servers in self.turns():
+            self._send_control(MSG_SYNC, n_k, servers)
+            self.exchange_with_server(servers)
+        self.after_pull()
+
     def exchange_with_server(self, servers):
         """The model traffic with `servers` (after their control message)."""
         raise NotImplementedError
+
+    def land(self, before_sync=True):
+        """Finish the exchange the last sync left in flight, if it did
+        (easgd's overlap.py): before the next sync (before_sync), stop, or
+        exit."""
 
     def after_pull(self):
         """This worker's work once every shard has come back."""
@@ -167,17 +179,20 @@ class ServerWorker(Algorithm):
     def close(self):
         """Collective: withdraw the notice receive still posted, then free."""
         if self.comm is not None:
+            self._land_quietly()
             for request in self._notice_requests:
                 if request != MPI.REQUEST_NULL:
                     request.Cancel()
                     request.Wait()
         super().close()
 
-    def await_server(self, receives, sends=()):
+    def await_server(self, receives, sends=(), stage_in=True):
         """Wait for this exchange's requests ((server, mpi.Request) pairs of
         Exchange.irecv/isend) unless a server's notice comes first: then
         withdraw the receives from that server, let the others finish,
-        acknowledge and raise. Returns once the receives are staged in.
+        acknowledge and raise. Returns once the receives are staged in
+        (stage_in), or only arrived: MPI calls alone, so the transfer thread
+        may wait (overlap.py).
         Waits by the Waiter's policy: MPI's Waitany would spin for as long as
         the servers take."""
         pending = [r for _, request in list(receives) + list(sends) for r in request.requests]
@@ -204,7 +219,7 @@ class ServerWorker(Algorithm):
                 if s == gone:
                     request.wait()
         for s, request in receives:
-            if s not in failed:
+            if stage_in and s not in failed:
                 request.wait()                 # the stage-in
         if rec is not None:
             rec.part(trace.WITH_SERVER, start, trace.now())
@@ -221,8 +236,17 @@ class ServerWorker(Algorithm):
     def stop_at_exit(self):
         """FINISHED to the server, without waiting for its answer: it may
         never come (the server may be exiting too)."""
+        self._land_quietly()
         self._send_control(MSG_FINISHED, 0)
         self.stopped = True
+
+    def _land_quietly(self):
+        """An exchange still in flight as the worker leaves: finish it, so no
+        thread of this worker calls MPI behind it; its failure is not news."""
+        try:
+            self.land(before_sync=False)
+        except Exception:                       # noqa: BLE001 (raised by whoever failed first)
+            pass
 
     def before_push(self):
         """This worker's work before the control message of a sync (an

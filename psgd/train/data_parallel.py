@@ -330,10 +330,24 @@ class DataParallel:
             if say:
                 for line in shards:
                     kaldi_log(line, "finish")
+            self._flights_line(say)
         dropped = np.array([self.guard.dropped], dtype=np.int64)
         self.comm.Allreduce(MPI.IN_PLACE, [dropped, MPI.INT64_T], op=MPI.SUM)
         if dropped[0] and main:  # even with --quiet: the model lacks their work
             kaldi_log("dropped %d non-finite contribution(s) (--skip-nonfinite)" % dropped[0])
+
+    def _flights_line(self, say):
+        """Collective: which workers left their exchanges in flight (easgd's
+        overlap), in one Gather of (left, syncs) rows."""
+        flight = getattr(self.sync, "flight", None)
+        mine = np.array([flight.left if flight else 0, self.sync.syncs], dtype=np.int64)
+        main = self.rank == mpi.MAIN_RANK
+        rows = np.zeros((self.comm.Get_size(), 2), dtype=np.int64) if main else None
+        self.comm.Gather([mine, MPI.INT64_T], [rows, MPI.INT64_T] if main else None, root=0)
+        if say and main and rows[:, 0].any():
+            kaldi_log("exchanges left in flight while the worker computed (--overlap): %s" % ", ".join(
+                "rank %d %d of %d syncs" % (r, left, syncs) for r, (left, syncs) in enumerate(rows)
+                if left), "finish")
 
     def summary(self):
         """The last log line, or None."""

@@ -311,7 +311,8 @@ def test_worker_misuse_is_a_usage_error_and_the_job_goes_on(comm):
         obj.synchronize(1)
 
 
-@pytest.mark.parametrize("name,options", [("easgd", {}), ("asgd", {"barrier_period": 1})])
+@pytest.mark.parametrize("name,options", [("easgd", {}), ("easgd", {"overlap": "always"}),
+                                          ("asgd", {"barrier_period": 1})])
 @pytest.mark.parametrize("message,match", [
     ([7, 0], "unknown control message 7 from rank {bad}"),
     ([0, 1, 2], "malformed control message from rank {bad}"),

@@ -15,6 +15,7 @@ collective = load("algorithms/test_collective.py")
 servers = load("algorithms/test_servers.py")
 in_flight = load("algorithms/test_in_flight.py")
 average = load("algorithms/test_center_average.py")
+overlap = load("algorithms/test_overlap.py")
 
 
 @pytest.mark.parametrize("name,update,final_of,options", [
@@ -68,6 +69,12 @@ def test_easgd_in_the_background_on_device(comm, xp):
     if comm.size < 3:
         pytest.skip("needs two workers: one slow, one to compare it with")
     assert in_flight.check(comm, xp=xp).buffer.on_device
+
+
+def test_easgd_exchanges_in_flight_on_device(comm, xp):
+    """overlap: the snapshot sent, the center received and the late pull are
+    device work on the caller's thread; the transfer thread only waits."""
+    assert overlap.check(comm, xp=xp).buffer.on_device
 
 
 @pytest.mark.parametrize("name", ["asgd", "masgd"])
