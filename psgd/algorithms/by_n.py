@@ -68,7 +68,7 @@ SHARES_MOMENTUM = {"bmuf": ("fp16", "bf16", "1bit"), "sod": ("fp16", "bf16", "1b
 
 def _by_n(algo, N, given):
     if algo == "easgd":
-        return {"alpha": max(0.9 / N, 0.3)}
+        return {"alpha": max(0.9 / N, 0.3), "staleness_compensation": "scale"}
     one_bit = given.get("compression") == "1bit"
     if algo == "sod" and given.get("outer") in (None, "nesterov"):
         options = {"outer_lr": SOD_OUTER_LR(N)}

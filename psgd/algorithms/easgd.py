@@ -12,6 +12,9 @@ Both sides use the values from before the exchange (a symmetric elastic force).
 A worker whose exchanges crawl (a slow link) is served in the background
 (in_flight.py): it gets x as it was when its exchange began, and the server's
 update uses x as it is when w_k has arrived.
+staleness_compensation = scale: the server's rate on a model staler than a
+round of the workers (tau > N; a worker behind a slow link) is
+alpha * N / tau, so an old model drags the center less.
 A worker whose exchanges take a good part of its compute, across hosts,
 leaves them in flight and applies its pull one block late (overlap.py):
     w_k <- w_k - alpha * (s - x)       s: the w_k it sent
@@ -24,6 +27,7 @@ from ..protocol import MSG_SYNC
 from . import overlap
 from .base import register
 from .option import Option
+from .staleness import COMPENSATIONS, elastic_gain
 from .server import SERVER_OPTIONS, Server
 from .server_worker import ServerWorker
 
@@ -32,8 +36,16 @@ def _elastic_range(alpha):
     return None if 0.0 < alpha <= 1.0 else "must satisfy 0 < alpha <= 1"
 
 
+def _no_dc(chosen):
+    return "corrects a delta; easgd trades models (none or scale)" if chosen == "dc" else None
+
+
 OPTIONS = {"alpha": Option(lambda N: 0.9 / max(N, 1), _elastic_range,
                     help="moving rate (default 0.9/N; the trainer's: max(0.9/N, 0.3))"),
+           "staleness_compensation": Option(
+               "none", _no_dc, kind=COMPENSATIONS,
+               help="scale: the server's alpha on a model staler than a round of the N "
+                    "workers is alpha * N / tau (default none; the trainer's: scale)"),
            "overlap": Option("auto", kind=overlap.MODES,
                              help="a worker computes on while its exchange crosses a slow "
                                   "link, pulling one block late: auto (across hosts, once its "
@@ -53,11 +65,15 @@ class EasgdServer(Server):
         began = time.perf_counter()
         self.center_exchange.sendrecv(rank, self.incoming_exchange)
         self.in_flight.timed(rank, time.perf_counter() - began)
-        kernels.lerp(self.center.data, self.incoming.data, self.alpha)  # x += alpha (w_k - x)
+        kernels.lerp(self.center.data, self.incoming.data, self.rate())  # x += alpha (w_k - x)
         return reply
 
     def arrived(self, transfer):
-        kernels.lerp(self.center.data, transfer.incoming.data, self.alpha)  # x as it is now
+        kernels.lerp(self.center.data, transfer.incoming.data, self.rate())  # x as it is now
+
+    def rate(self):
+        """alpha for the sync served now, of staleness tau (scale: N / tau past N)."""
+        return self.alpha * elastic_gain(self.staleness_compensation, self.staleness, self.N)
 
 
 @register

@@ -50,6 +50,12 @@ def staleness_gain(compensation, tau):
     return 1.0 / max(1, tau) if compensation == "scale" else 1.0
 
 
+def elastic_gain(compensation, tau, N):
+    """easgd's factor on alpha for a model of staleness `tau` (scale): 1 up
+    to N, a round of the workers (easgd's tau in line), N / tau beyond."""
+    return min(1.0, N / max(1, tau)) if compensation == "scale" else 1.0
+
+
 class DelayCompensation:
     """The dc rule's x_start per worker: the center each worker last got."""
 

@@ -59,6 +59,8 @@ def cases(N):
     return {
         "easgd": ("easgd", {"alpha": ALPHA},
                   lambda x, log, f: reference.easgd(x, log, f, ALPHA)),
+        "easgd scale": ("easgd", {"alpha": ALPHA, "staleness_compensation": "scale"},
+                        lambda x, log, f: reference.easgd(x, log, f, ALPHA, workers=N)),
         "asgd": ("asgd", {}, lambda x, log, f: reference.asgd(x, log, f, 1.0)),
         "asgd dc": ("asgd", {"staleness_compensation": "dc"},
                     lambda x, log, f: reference.asgd(x, log, f, 1.0, compensation="dc")),
@@ -68,9 +70,23 @@ def cases(N):
     }
 
 
-@pytest.mark.parametrize("case", ["easgd", "asgd", "asgd dc", "masgd", "masgd delayed"])
+@pytest.mark.parametrize("case", ["easgd", "easgd scale", "asgd", "asgd dc", "masgd",
+                                  "masgd delayed"])
 def test_a_crawling_exchange_is_served_in_the_background(comm, case):
     check(comm, case)
+
+
+def test_easgd_scales_the_rate_on_the_slow_workers_stale_models(comm):
+    """staleness_compensation=scale: the slow worker's models arrive more
+    than a round of the others late (tau > N) and move the center by
+    alpha * N / tau; the replay at the plain alpha does not match."""
+    name, options, replay = cases(comm.size - 1)["easgd scale"]
+    obj, _, log, _ = drive(comm, name, worker=worker, **options)
+    assert (log[:, 5] > comm.size - 1).any()
+    if obj.role == "server":
+        center = host_copy(obj.buffer.data)
+        np.testing.assert_allclose(center, replay(x0(), log, local)[0], rtol=1e-12, atol=1e-12)
+        assert not np.allclose(center, reference.easgd(x0(), log, local, ALPHA)[0], rtol=1e-9)
 
 
 def check(comm, case="easgd", xp=np):

@@ -35,13 +35,14 @@ def test_every_flag_is_in_exactly_one_section():
 def test_the_defaults_by_n_are_chosen_for_the_jobs_size():
     config = resolve(make_config(algo="easgd"), 9)       # rank 0 serves 8 workers
     assert (config.run.size, config.run.servers, config.run.num_workers) == (9, 1, 8)
-    assert dict(config.algorithm.options) == {"alpha": 0.3}
+    assert dict(config.algorithm.options) == {"alpha": 0.3, "staleness_compensation": "scale"}
     assert config.optimizer.lr == pytest.approx(DEFAULT_LR["adam"] * config.optimizer.lr_scale)
     assert config.optimizer.lr_scale > 1 and config.optimizer.warmup_epochs == 2
     assert config.algorithm.sync_period == default_sync_period(make_config(algo="easgd"), 8)
     given = resolve(make_config(algo="easgd", lr=0.01, sync_period=64, alpha=0.5), 9)
     assert given.optimizer.lr == pytest.approx(0.01 * given.optimizer.lr_scale)
-    assert (given.algorithm.sync_period, dict(given.algorithm.options)) == (64, {"alpha": 0.5})
+    assert (given.algorithm.sync_period, dict(given.algorithm.options)) == (
+        64, {"alpha": 0.5, "staleness_compensation": "scale"})
     hybrid = resolve(make_config(model_parallel=True, model="mlp"), 4)
     assert (hybrid.run.servers, hybrid.run.num_workers) == (0, 4)
 
@@ -86,6 +87,7 @@ def test_the_trainers_choices_for_n_are_logged_in_one_line():
     assert line == ("bmuf for 6 workers: a sync every 128 samples, block_momentum 0.5, "
                     "reset_local_state False")
     easgd = DataParallel(resolve(make_config(algo="easgd", sync_period=64), 3), MPI.COMM_SELF)
-    assert easgd.choices() == "easgd for 2 workers: a sync every 64 samples, alpha 0.45"
+    assert easgd.choices() == ("easgd for 2 workers: a sync every 64 samples, alpha 0.45, "
+                               "staleness_compensation scale")
     syncgrad = DataParallel(resolve(make_config(algo="syncgrad"), 2), MPI.COMM_SELF)
     assert syncgrad.choices() == "syncgrad for 2 workers: a sync every minibatch"

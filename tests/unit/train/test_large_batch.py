@@ -49,8 +49,9 @@ def test_easgd_takes_the_linear_rule_with_every_optimizer():
 def test_trainer_defaults_by_number_of_workers():
     from psgd.train.defaults import default_lr, warmup_epochs
     from psgd.train.options import algorithm_options
-    assert algorithm_options(make_config(algo="easgd"), 8) == {"alpha": 0.3}
-    assert algorithm_options(make_config(algo="easgd", alpha=0.5), 8) == {"alpha": 0.5}
+    scale = {"staleness_compensation": "scale"}
+    assert algorithm_options(make_config(algo="easgd"), 8) == dict(scale, alpha=0.3)
+    assert algorithm_options(make_config(algo="easgd", alpha=0.5), 8) == dict(scale, alpha=0.5)
     keep = {"reset_local_state": False}
     assert algorithm_options(make_config(algo="bmuf"), 4) == {"block_momentum": 0.5, **keep}
     assert algorithm_options(make_config(algo="bmuf"), 2) == {"block_momentum": 0.5, **keep}
