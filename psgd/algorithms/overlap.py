@@ -4,8 +4,8 @@ on computing while its model crosses a slow link.
 Served in the background (in_flight.py), a worker behind a slow link no
 longer holds the server, but it still waits for its own exchange: over a
 20 Mbit/s link easgd's 0.2 MB model took 65-80 ms (median) against 82 ms
-of compute per block, so that worker computed half of its time
-(benchmarks/FINDINGS.md, "easgd: the slow worker's exchange in flight").
+of compute per block, so that worker took two thirds of the others'
+share of an epoch (benchmarks/FINDINGS.md, "easgd with a slow host").
 Left in flight, the worker sends a snapshot of its model and applies the
 elastic pull at its next sync (or stop):
 

@@ -345,9 +345,10 @@ class DataParallel:
         rows = np.zeros((self.comm.Get_size(), 2), dtype=np.int64) if main else None
         self.comm.Gather([mine, MPI.INT64_T], [rows, MPI.INT64_T] if main else None, root=0)
         if say and main and rows[:, 0].any():
-            kaldi_log("exchanges left in flight while the worker computed (--overlap): %s" % ", ".join(
-                "rank %d %d of %d syncs" % (r, left, syncs) for r, (left, syncs) in enumerate(rows)
-                if left), "finish")
+            workers = ", ".join("rank %d %d of %d syncs" % (r, left, syncs)
+                                for r, (left, syncs) in enumerate(rows) if left)
+            kaldi_log("exchanges left in flight while the worker computed (--overlap): %s"
+                      % workers, "finish")
 
     def summary(self):
         """The last log line, or None."""
