@@ -186,16 +186,22 @@ class ServerWorker(Algorithm):
                     request.Wait()
         super().close()
 
-    def await_server(self, receives, sends=(), stage_in=True):
+    def await_server(self, receives, sends=(), stage_in=True, work=()):
         """Wait for this exchange's requests ((server, mpi.Request) pairs of
         Exchange.irecv/isend) unless a server's notice comes first: then
         withdraw the receives from that server, let the others finish,
         acknowledge and raise. Returns once the receives are staged in
         (stage_in), or only arrived: MPI calls alone, so the transfer thread
-        may wait (overlap.py).
+        may wait (overlap.py). `work`: callables, each a small piece of work
+        that does not touch this exchange's buffers, run one at a time with
+        MPI polled between them (over TCP a transfer moves only while its
+        ranks poll, waiting.py), all of them run before this returns.
         Waits by the Waiter's policy: MPI's Waitany would spin for as long as
         the servers take."""
         pending = [r for _, request in list(receives) + list(sends) for r in request.requests]
+        for piece in work:
+            piece()
+            MPI.Request.Testall(pending)
         failed = set()
         rec = trace.recorder
         if rec is not None:

@@ -4,7 +4,8 @@ the 23-element test model cut into pieces of 1, 5 and 7 elements (uneven,
 across tensors) and in one message, every center and every worker model
 equals the serial replay of docs/algorithms.md; so do dc (each piece
 corrected with the mean square the worker sent first), held replies and
-shards in pieces. easgd keeps one message.
+shards in pieces, and the worker's work under a turn in small pieces.
+easgd keeps one message.
 A failing update in the middle of a sync ends every rank without a hang,
 and ranks that disagree on the piece size fail at create with one line."""
 import numpy as np
@@ -89,6 +90,22 @@ def test_shards_in_pieces(comm, name):
     from shard_plans import check_sharded_replay
     with Pieces(4):
         check_sharded_replay(comm, name, REPLAYS[name], 2, **OPTIONS[name])
+
+
+@pytest.mark.parametrize("work_piece", [3, 1])
+@pytest.mark.parametrize("servers", [2, 3])
+def test_the_work_under_a_turn_in_small_pieces(comm, monkeypatch, servers, work_piece):
+    """The other turns' deltas and the pulled shards copied into w_k, run
+    between polls in pieces of `work_piece` elements (asgd.WORK_PIECE), and
+    the first turn's delta formed piece by piece as it is sent: the replay
+    holds at every piece boundary."""
+    if comm.size < servers + 1:
+        pytest.skip("%d servers need %d ranks" % (servers, servers + 1))
+    from psgd.algorithms import asgd
+    from shard_plans import check_sharded_replay
+    monkeypatch.setattr(asgd, "WORK_PIECE", work_piece)
+    with Pieces(5):
+        check_sharded_replay(comm, "asgd", REPLAYS["asgd"], servers)
 
 
 # pieces of 1: 23 pieces, more than the server posts receives ahead
