@@ -11,12 +11,21 @@ import sys
 from ._threads import limit_blas_threads
 
 limit_blas_threads()  # before NumPy is imported below
-if "mpi4py.MPI" not in sys.modules:
+_tcp_set = []
+if "mpi4py.MPI" not in sys.modules:    # before mpi4py starts MPI below
     from ._cuda_first import initialize
-    initialize()      # before mpi4py starts MPI below (Open MPI 5's CUDA support)
+    from ._tcp_buffers import limit_tcp_buffers
+    initialize()      # Open MPI 5's CUDA support
+    _tcp_set = limit_tcp_buffers()
+else:
+    from ._tcp_buffers import warn_if_too_late
+    warn_if_too_late()
 
 from .algorithms import ALGORITHMS, create  # noqa: E402
 from .errors import UsageError  # noqa: E402
+from ._tcp_buffers import forget  # noqa: E402
+
+forget(_tcp_set)      # MPI has started
 
 __all__ = ["ALGORITHMS", "create", "UsageError"]
 __version__ = "0.1.0"

@@ -59,6 +59,12 @@ SETTINGS = {
         meaning="bytes a step a psgd.torch Linear layer's rows must spare each host's link "
                 "for syncgrad to sum it through them where the ranks span hosts (factors "
                 "unset; psgd/torch_factors.py); factors=True: any saving"),
+    "PSGD_TCP_BUFFER": Setting(
+        "TCP socket buffer", COUNT, 0,
+        meaning="bytes of each TCP socket buffer (send and receive) of MPI's connections "
+                "between hosts, set before MPI starts where the job sets none "
+                "(psgd/_tcp_buffers.py: 262144 for 1 Gb/s links); 0: the kernel's "
+                "autotuning"),
     # Where the arrays live and what carries them.
     "PSGD_BACKEND": Setting(
         "backend", TEXT, "auto", meaning="auto | numpy | cupy, when --backend is not given"),

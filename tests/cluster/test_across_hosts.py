@@ -299,3 +299,46 @@ def test_a_host_the_cluster_lacks_is_one_line_before_any_launch(cluster, workdir
         assert r.returncode == 2, r.stderr
         assert r.stderr.strip().splitlines() == [
             "psgd-local-cluster: error: no host 'h9' in this cluster (hosts: h0, h1)"], r.stderr
+
+
+SOCKET_BUFFERS = """
+import os, socket
+import psgd                     # before MPI starts: psgd/_tcp_buffers.py
+from mpi4py import MPI
+import numpy as np
+comm = MPI.COMM_WORLD
+peer = 1 - comm.rank
+out = np.empty(1 << 20, np.float32)
+comm.Sendrecv(np.ones_like(out), dest=peer, recvbuf=out, source=peer)   # connected
+sizes = set()                   # (send, receive) buffers of this rank's TCP sockets
+for fd in os.listdir("/proc/self/fd"):
+    try:
+        s = socket.socket(fileno=os.dup(int(fd)))
+    except OSError:             # not a socket
+        continue
+    try:
+        if s.family == socket.AF_INET and s.type == socket.SOCK_STREAM and \
+                s.getpeername()[0].startswith("198.1"):
+            sizes.add((s.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
+                       s.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)))
+    except OSError:             # a listening socket: no peer
+        pass
+    finally:
+        s.close()               # the duplicate only
+for rank, mine in enumerate(comm.gather(sorted(sizes)) or []):
+    if comm.rank == 0:
+        print("BUFFERS", rank, mine, flush=True)
+"""
+
+
+@pytest.mark.parametrize("size,expect", [("200000", True), ("0", False)])
+def test_mpi_connections_between_hosts_get_the_socket_buffers(cluster, size, expect):
+    """PSGD_TCP_BUFFER bytes each way on the sockets MPI opens between the
+    hosts (the kernel reports twice what was set); 0 leaves them to the
+    kernel's autotuning."""
+    r = cluster.mpirun(1, 2, ["-c", SOCKET_BUFFERS], env={"PSGD_TCP_BUFFER": size})
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    lines = re.findall(r"BUFFERS (\d) (.*)", r.stdout)
+    assert sorted(rank for rank, _ in lines) == ["0", "1"], r.stdout
+    for _, sizes in lines:
+        assert ("(400000, 400000)" in sizes) == expect, r.stdout
