@@ -21,9 +21,13 @@ from psgd import pieces  # noqa: E402
 # (servers S, workers N): S = 3 with 3 workers, so that neither side's links
 # are fewer than the servers'
 SHAPES = ((1, 1), (1, 2), (2, 2), (3, 3))
-# easgd's server answers with blocking Sendrecvs, in eager pieces across hosts
-# (psgd/pieces.py): the shapes where that differs from asgd's pipelined pieces
-ALGO_SHAPES = (("asgd", SHAPES), ("easgd", SHAPES[:3]))
+# (algo, shapes, PSGD_TCP_BUFFER: 0 is the kernel's autotuning, psgd's
+# default). easgd's server answers with blocking Sendrecvs, in eager pieces
+# across hosts (psgd/pieces.py): the shapes where that differs from asgd's
+# pipelined pieces. And asgd with 256 KiB socket buffers (psgd/_tcp_buffers.py).
+SMALL_SOCKETS = 2 ** 18
+PLAN = (("asgd", SHAPES, 0), ("easgd", SHAPES[:3], 0),
+        ("asgd", SHAPES[1:], SMALL_SOCKETS))
 SIZE = 10 ** 7
 TARGET = 0.90
 TITLE = "Across hosts: parameter servers and their links"
@@ -35,27 +39,36 @@ def run(quick=False):
         return cluster.skipped(TITLE, why)
     size = 10 ** 6 if quick else SIZE
     rates = cluster.RATES[:1] if quick else cluster.RATES
-    plan = [(a, shapes[:2] if quick else shapes) for a, shapes in ALGO_SHAPES]
+    plan = [(a, shapes[:2] if quick else shapes, tcp) for a, shapes, tcp in PLAN]
     runs = []
     for rate in rates:
         with cluster.hosts(max(s + n for s, n in SHAPES), rate):
-            for algo, shapes in plan:
+            for algo, shapes, tcp in plan:
+                env = {"PSGD_TCP_BUFFER": str(tcp)}
                 for s, n in shapes:
                     out = common.result_path("cluster_servers_child.json")
                     load = common.load_average()[0]
                     data = cluster.run_child(
                         "server_throughput.py", cluster.layout(s + n, 1), out,
                         ["--sizes", size, "--servers", s, "--duration", 2 if quick else 8,
-                         "--bare", "--algo", algo], timeout=600)
-                    data.update(rate=rate, load=[load, common.load_average()[0]])
+                         "--bare", "--algo", algo], timeout=600, env=env)
+                    data.update(rate=rate, load=[load, common.load_average()[0]],
+                                tcp_buffer=tcp)
                     runs.append(data)
-                    print("   %s %s S=%d N=%d done" % (rate, algo, s, n), flush=True)
+                    print("   %s %s S=%d N=%d sockets %s done" % (
+                        rate, algo, s, n, sockets(data)), flush=True)
     common.save_json("cluster_servers.json", {"runs": runs, "quick": quick})
     return report(runs)
 
 
 def rerender():
     return report(common.load_json("cluster_servers.json")["runs"])
+
+
+def sockets(run):
+    """MPI's socket buffers in the job: PSGD_TCP_BUFFER's, or the kernel's."""
+    size = run.get("tcp_buffer")
+    return "%d KiB" % (size >> 10) if size else "kernel"    # None: from before the setting
 
 
 def allowed(run):
@@ -75,7 +88,8 @@ def report(runs):
         bare_share = bare / allowed(r) if bare else None
         steady = row.get("steady_bytes_per_s")
         held = steady / allowed(r) if steady else share     # what the goal is checked on
-        rows.append([r.get("algo", "asgd"), r["rate"], r["servers"], r["workers"], common.fmt_size(row["size"]),
+        rows.append([r.get("algo", "asgd"), r["rate"], sockets(r), r["servers"], r["workers"],
+                     common.fmt_size(row["size"]),
                      row["syncs"], "%.2f s" % trip, "%.2fx" % (trip / one_way),
                      "%s/s" % common.fmt_bytes(row["servers_bytes_per_s"]),
                      "%s/s" % common.fmt_bytes(allowed(r)), "%.2f" % share,
@@ -89,9 +103,10 @@ def report(runs):
             measured = ("%.2f of what their links allow while every worker syncs (%.2f "
                         "over the whole run; " % (held, share) if steady else
                         "%.2f of what their links allow over the whole run (" % share)
-            heads.append("%s servers across hosts at %s, S = %d, N = %d: %s%s/s through the "
-                         "servers)%s" % (
-                             r.get("algo", "asgd"), r["rate"], r["servers"], r["workers"],
+            heads.append("%s servers across hosts at %s, sockets %s, S = %d, N = %d: %s%s/s "
+                         "through the servers)%s" % (
+                             r.get("algo", "asgd"), r["rate"], sockets(r), r["servers"],
+                             r["workers"],
                              measured, common.fmt_bytes(row["servers_bytes_per_s"]),
                              "; a bare MPI exchange of the same bytes %.2f" % bare_share
                              if bare else ""))
@@ -111,17 +126,21 @@ def report(runs):
           "every piece posted at once, no update, no control message, one Waitall: what "
           "MPI itself moves in this shape here, the limit of any server protocol over it); "
           "`vs bare`: psgd's bytes per second (steady) over the bare exchange's. "
+          "`sockets`: the buffers of MPI's TCP sockets between the hosts, "
+          "PSGD_TCP_BUFFER's (psgd/_tcp_buffers.py) or the kernel's autotuning "
+          "(PSGD_TCP_BUFFER=0), the bare exchange's alike. "
           "`server CPU`: the busiest server's CPU time over its wall time. `load`: the "
           "machine's 1-minute load average before and after the job. asgd's model messages go "
           "in the server piece of ranks that span hosts (%s elements), the worker's all "
           "posted at once, the server's receives %d pieces ahead of the one it serves; "
           "easgd's server answers with blocking Sendrecvs of %s KiB (eager) pieces "
-          "(psgd/pieces.py, benchmarks/FINDINGS.md)." % (
+          "(psgd/pieces.py, benchmarks/FINDINGS.md), its workers in line (overlap "
+          "never: with no compute between syncs there is nothing to hide)." % (
               TARGET, "{:,}".format(pieces.ACROSS_HOSTS_PIECE), pieces.RECEIVES_AHEAD,
               pieces.EAGER_PIECE_BYTES >> 10),
           "",
           cluster.NOTE, "",
-          common.table(["algo", "rate", "S", "N", "parameters", "syncs", "per sync",
+          common.table(["algo", "rate", "sockets", "S", "N", "parameters", "syncs", "per sync",
                         "vs bytes / rate", "through servers", "allowed", "share", "steady",
                         "bare",
                         "vs bare", "server CPU", "load"], rows), ""]
