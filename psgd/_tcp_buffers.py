@@ -8,7 +8,7 @@ reply still had 1.4-1.8 MB queued (11-14 ms at 1 Gb/s) when the server
 moved on, and a worker trading shards in turns waited that long before its
 next turn, its outgoing direction idle meanwhile. 256 KiB buffers (the
 kernel doubles what is asked) took asgd's sharded servers at 1 Gb/s from
-0.83 to 0.90 of their links. But one connection then moves at most about
+0.83-0.84 to 0.89-0.91 of their links (S = 2). But one connection then moves at most about
 twice the size per round trip, and at 10 Gb/s on the namespace cluster a
 single server's exchanges lost a sixth to a third: hence not the default
 (benchmarks/FINDINGS.md has the figures).
