@@ -39,7 +39,7 @@ from .server_worker import ServerWorker
 
 # The worker's work under a transfer goes in pieces of this many elements,
 # MPI polled between them: a pass over 2 MB takes well under the 4 ms that
-# 512 KB of socket buffer lasts at 1 Gb/s (psgd/_tcp_buffers.py).
+# even 256 KiB socket buffers (512 KB) last at 1 Gb/s (psgd/_tcp_buffers.py).
 WORK_PIECE = 2 ** 19
 
 OPTIONS = {"alpha": Option(1.0, positive, help="the center's gain on a delta (default 1)"),
@@ -209,20 +209,27 @@ class Asgd(ServerWorker):
             self._form(self.turns()[0])
         # else each turn's shards are formed piece by piece as they go (_push)
 
+    def _subtract(self, lo, hi):
+        """delta <- w_k - w_prev on elements [lo, hi)."""
+        self.buffer.xp.subtract(self.buffer.data[lo:hi], self.previous.data[lo:hi],
+                                out=self.delta.data[lo:hi])
+
+    def _take(self, lo, hi):
+        """w_k <- x (pulled into w_prev) on elements [lo, hi)."""
+        self.buffer.data[lo:hi] = self.previous.data[lo:hi]
+
     def _other_shards_work(self):
         """The other turns' deltas formed and the shards pulled in earlier
         turns copied into w_k, in pieces of WORK_PIECE elements (callables
-        for await_server)."""
-        w, w_prev, delta = self.buffer.data, self.previous.data, self.delta.data
-        if self.staleness_compensation == "dc":      # each shard's mean square with it
+        for await_server; dc's deltas whole, each with its mean square)."""
+        if self.staleness_compensation == "dc":
             work = [functools.partial(self._form, range(self.servers))]
         else:
-            subtract = self.buffer.xp.subtract
-            work = [functools.partial(subtract, w[a:b], w_prev[a:b], out=delta[a:b])
+            work = [functools.partial(self._subtract, a, b)
                     for s in range(self.servers) if not self.formed[s]
                     for a, b in _cut(*self.shards[s])]
             self.formed = [True] * self.servers
-        work += [functools.partial(_copy, w[a:b], w_prev[a:b])
+        work += [functools.partial(self._take, a, b)
                  for s in self.pulled for a, b in _cut(*self.shards[s])]
         self.pulled = []
         return work
@@ -231,13 +238,12 @@ class Asgd(ServerWorker):
         """delta <- w_k - w_prev on `shards` not formed yet (dc: and each
         one's mean square, which its server reads before the first piece of
         a push not compressed)."""
-        w, w_prev, delta = self.buffer.data, self.previous.data, self.delta.data
         for s in shards:
             if not self.formed[s]:
                 lo, hi = self.shards[s]
-                self.buffer.xp.subtract(w[lo:hi], w_prev[lo:hi], out=delta[lo:hi])
+                self._subtract(lo, hi)
                 if mean_squares and self.staleness_compensation == "dc":
-                    self.mean_squares[s] = kernels.mean_square(delta[lo:hi])
+                    self.mean_squares[s] = kernels.mean_square(self.delta.data[lo:hi])
                 self.formed[s] = True
 
     def exchange_with_server(self, servers):
@@ -264,11 +270,9 @@ class Asgd(ServerWorker):
         if self.formed[s]:
             return part.isend(s)
         base = self.shards[s][0]
-        w, w_prev, delta = self.buffer.data, self.previous.data, self.delta.data
         requests = []
         for lo, hi in part.pieces():
-            a, b = base + lo, base + hi
-            self.buffer.xp.subtract(w[a:b], w_prev[a:b], out=delta[a:b])
+            self._subtract(base + lo, base + hi)
             requests += part.isend_part(s, lo, hi).requests
         self.formed[s] = True
         return mpi.Request(requests)
@@ -277,16 +281,10 @@ class Asgd(ServerWorker):
         return mpi.Request([self.comm.Isend([self.mean_squares[s:s + 1], MPI.DOUBLE], dest=s,
                                             tag=TAG_MODEL)])
 
-    def _take_pulled(self):
-        """w_k <- x on the shards pulled so far."""
-        w, x = self.buffer.data, self.previous.data
-        for s in self.pulled:
-            lo, hi = self.shards[s]
-            w[lo:hi] = x[lo:hi]
-        self.pulled = []
-
     def after_pull(self):
-        self._take_pulled()                                              # w_k <- x
+        for s in self.pulled:                                            # w_k <- x
+            self._take(*self.shards[s])
+        self.pulled = []
 
     def state_dict(self):
         state = {"w_prev": host_copy(self.previous.data)}
@@ -304,8 +302,3 @@ class Asgd(ServerWorker):
 
 def _cut(lo, hi):
     return [(a, min(a + WORK_PIECE, hi)) for a in range(lo, hi, WORK_PIECE)]
-
-
-def _copy(into, source):
-    into[...] = source
-
