@@ -15,8 +15,9 @@ update uses x as it is when w_k has arrived.
 staleness_compensation = scale: the server's rate on a model staler than a
 round of the workers (tau > N; a worker behind a slow link) is
 alpha * N / tau, so an old model drags the center less.
-A worker whose exchanges take a good part of its compute, across hosts,
-leaves them in flight and applies its pull one block late (overlap.py):
+A worker whose exchanges and compute between syncs are within a factor
+of 4 of each other, across hosts, leaves its exchanges in flight and
+applies its pull one block late (overlap.py):
     w_k <- w_k - alpha * (s - x)       s: the w_k it sent
 Default alpha = 0.9 / N (the paper's beta = N * alpha = 0.9).
 """
@@ -49,7 +50,8 @@ OPTIONS = {"alpha": Option(lambda N: 0.9 / max(N, 1), _elastic_range,
            "overlap": Option("auto", kind=overlap.MODES,
                              help="a worker computes on while its exchange crosses a slow "
                                   "link, pulling one block late: auto (across hosts, once its "
-                                  "exchanges take a quarter of its compute), always, never"),
+                                  "exchanges and its compute are within a factor of 4), "
+                                  "always, never"),
            **SERVER_OPTIONS}
 
 

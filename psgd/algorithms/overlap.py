@@ -18,11 +18,18 @@ server's side and the messages are unchanged. psgd's transfer thread
 a network a transfer moves only while both ends poll (waiting.py); the
 device staging stays on the caller's thread (mpi.Exchange's rules).
 
-When, under `auto`: once the median of the worker's last RECENT exchanges
-took at least SHARE of its median compute between syncs, and at least
-in_flight.SLOW_MIN_S, and the job spans hosts. On one host an exchange is
-a copy by the cores that compute, with nothing to hide it behind, and a
-shared core's stall would switch it on by chance. `always` (the tests'
+When, under `auto`: once the shorter of the worker's exchange and its
+compute between syncs (each the median of its last RECENT) is at least
+SHARE of the longer, the exchange at least in_flight.SLOW_MIN_S, and the
+job spans hosts. Left in flight, an exchange hides at most the compute
+beside it, and it costs a copy of the model, a transfer thread that
+shares the interpreter and a pull one block late: with little compute
+beside it, it hid next to nothing and cost much (easgd with no compute
+between syncs, S = 2 across hosts: 0.59-0.68 of the links against 0.81-
+0.83 in line; benchmarks/FINDINGS.md, "overlap auto with nothing to hide
+behind"). On one host an exchange is a copy by the cores that compute,
+with nothing to hide it behind, and a shared core's stall would switch it
+on by chance. `always` (the tests'
 way to run it on one host) and `never` decide alone. The worker measures
 its exchanges in flight too, so it goes back in line when its link
 recovers. Memory: one more model, allocated at the first exchange left
@@ -36,7 +43,8 @@ from .. import mpi, mpi_async
 from .in_flight import RECENT, SLOW_MIN_S
 
 MODES = ("auto", "always", "never")
-SHARE = 0.25        # of the compute between syncs: an exchange this long is worth hiding
+SHARE = 0.25        # the shorter of exchange and compute over the longer: the
+                    # overlap hides at least a fifth of a sync's cycle
 
 
 class Flight:
@@ -57,8 +65,8 @@ class Flight:
             return self.mode == "always"
         if not self.across_hosts or len(self.took) < RECENT or len(self.computed) < RECENT:
             return False
-        took = float(np.median(self.took))
-        return took >= SLOW_MIN_S and took >= SHARE * float(np.median(self.computed))
+        took, computed = float(np.median(self.took)), float(np.median(self.computed))
+        return took >= SLOW_MIN_S and min(took, computed) >= SHARE * max(took, computed)
 
     def begin(self):
         """A sync's exchange begins."""

@@ -1,6 +1,7 @@
 """When an easgd worker leaves its exchange in flight (overlap.py): the
 median of its last exchanges against that of its compute between syncs,
-across hosts only under `auto`."""
+the shorter at least a quarter of the longer, across hosts only under
+`auto`."""
 import pytest
 
 from psgd.algorithms import overlap
@@ -21,6 +22,16 @@ def test_auto_leaves_an_exchange_of_a_quarter_of_the_compute_in_flight():
     assert not timed(flight, [0.015] * RECENT, [])          # under a quarter of 0.08 s
     assert timed(flight, [0.02] * 2, [])                    # two of the last three: its link
     assert not timed(flight, [0.001] * 2, [])               # recovered: in line again
+
+
+def test_auto_needs_compute_to_hide_the_exchange_behind():
+    """An exchange far longer than the compute beside it hides next to
+    nothing and still costs a copy, a thread and a late pull."""
+    flight = overlap.Flight("auto", across_hosts=True)
+    assert not timed(flight, [0.04] * RECENT, [0.0] * RECENT)     # no compute at all
+    assert not timed(flight, [], [0.009] * RECENT)          # under a quarter of 0.04 s
+    assert timed(flight, [], [0.011] * 2)                   # a quarter: a fifth of the cycle
+    assert timed(flight, [], [0.1] * RECENT)                # and all of the exchange
 
 
 def test_auto_needs_a_worthwhile_exchange_and_more_than_one_host():
