@@ -74,12 +74,15 @@ def server_part(exchange, lo, hi, piece):
     return mpi.exchange_part(exchange, lo, hi, piece)
 
 
-def serve(incoming, center, source, update, reply=True, received=False):
+def serve(incoming, center, source, update, reply=True, received=False, replying=()):
     """The server's side of one sync with `source`, piece by piece: receive
     piece j into `incoming`, run update(lo, hi) on it, and (reply) send
     piece j of `center` back while later pieces are still arriving.
-    received: `incoming` already holds the whole message (a compressed
-    push, decoded whole). The receives are posted RECEIVES_AHEAD pieces
+    Returns the reply's sends, by piece, not waited for: the server takes
+    up its next worker while they drain, and `replying` (the last serve's,
+    by piece) is waited for piece by piece before this serve's update
+    writes over it. received: `incoming` already holds the whole message
+    (a compressed push, decoded whole). The receives are posted RECEIVES_AHEAD pieces
     ahead of the one being served, not all at once: each post meets the
     worker's waiting rendezvous and takes its time, so posting every one
     first kept the link idle before the first piece (benchmarks/
@@ -97,12 +100,19 @@ def serve(incoming, center, source, update, reply=True, received=False):
             if not received:
                 receives[j].wait()
                 post(j + RECEIVES_AHEAD)
+            if j < len(replying):
+                replying[j].wait()
             update(lo, hi)
             if reply:
                 sends.append(center.isend_part(source, lo, hi))
-    finally:
-        # after an error too: the posted receives and the replies complete
-        # (the worker has posted every piece both ways), and the pieces not
-        # posted yet are what the failure path drains by probing
-        for request in receives + sends:
+    except BaseException:
+        # the posted receives and the replies complete (the worker has posted
+        # every piece both ways), and the pieces not posted yet are what the
+        # failure path drains by probing
+        for request in list(replying) + sends:
             request.wait()
+        raise
+    finally:
+        for request in receives:
+            request.wait()
+    return sends

@@ -12,6 +12,7 @@ TAG_MODEL = 1      # both ways: the flat buffer (or a shard of it), w_k, delta_k
 TAG_NOTICE = 2     # server -> worker: int64 [code, sender, value]
 TAG_SHARD = 3      # servers 1..S-1 -> rank 0: their shard of the center, after run()
 TAG_ORDER = 4      # rank 0 -> servers 1..S-1: int64 [rank] served next, or [LEADER_FAILED]
+TAG_READY = 5      # server -> worker: one byte, the answer to MSG_SYNC_WHEN_READY
 
 # Tag on the stall watchdog's own communicator: int64 status rows.
 TAG_WATCHDOG = 7
@@ -19,7 +20,11 @@ TAG_WATCHDOG = 7
 # Control messages (TAG_MSG): [message, n_k]; FINISHED carries n_k = 0.
 MSG_SYNC = 0
 MSG_FINISHED = 1
-MESSAGES = {MSG_SYNC: "SYNC", MSG_FINISHED: "FINISHED"}
+# A sync whose worker pushes only once the server has taken it up (READY on
+# TAG_READY): sharded servers' workers in turns, so that a turn's push never
+# shares a server's link with the worker that server is still serving.
+MSG_SYNC_WHEN_READY = 2
+MESSAGES = {MSG_SYNC: "SYNC", MSG_FINISHED: "FINISHED", MSG_SYNC_WHEN_READY: "SYNC_WHEN_READY"}
 # A server receives control messages into this many int64 slots: room to
 # receive, and report as malformed, a message longer than the pair.
 CONTROL_SLOTS = 4

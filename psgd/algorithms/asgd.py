@@ -34,7 +34,8 @@ from ..protocol import TAG_MODEL
 from . import compressed, staleness
 from .base import register
 from .option import Option, positive
-from .server import SERVER_OPTIONS, Server
+from .server import Server
+from .server_options import SERVER_OPTIONS
 from .server_worker import ServerWorker
 
 # The worker's work under a transfer goes in pieces of this many elements,
@@ -93,6 +94,7 @@ class AsgdServer(Server):
 
     def arrived(self, transfer):
         """x <- x + alpha * delta_k, then the reply: x as it is now."""
+        self.settle()
         rank = transfer.rank
         self.incoming.data[...] = transfer.incoming.data
         if self.delay_compensation is not None:
@@ -123,9 +125,15 @@ class AsgdServer(Server):
             if mean_sq is not None:
                 dc.correct(rank, self.center.data, self.incoming.data, mean_sq, lo, hi)
             self.update(rank, lo, hi)
-        # Recv(delta_k); x <- x + alpha * delta_k; Send(x): piece by piece
-        pieces.serve(self.incoming_exchange, self.center_exchange, rank, step,
-                     reply=not hold, received=received)
+        # Recv(delta_k); x <- x + alpha * delta_k; Send(x): piece by piece.
+        # A worker in turns (when READY) leaves its reply to drain while the
+        # server takes up the next one, whose push then starts at once; for
+        # a plain SYNC, already arriving, that measured slower (FINDINGS)
+        self.replying = pieces.serve(self.incoming_exchange, self.center_exchange, rank,
+                                     step, reply=not hold, received=received,
+                                     replying=self.settled())
+        if not self.when_ready:
+            self.settle()
         if hold:
             self.held.append(rank)
             return None
@@ -184,6 +192,7 @@ class Asgd(ServerWorker):
     OPTIONS = OPTIONS
     server = AsgdServer
     WORKER_STATE = ("w_prev",)
+    pushes_when_ready = True
 
     def initialized(self):
         self.previous = self.buffer.like()      # w_prev: the x last pulled
@@ -200,7 +209,7 @@ class Asgd(ServerWorker):
             self.push.residual.fill(0)
 
     def before_push(self):
-        self.formed, self.pulled = [False] * self.servers, []
+        self.formed, self.taken = [False] * self.servers, [False] * self.servers
         self.wires = None
         if self.push is not None and self.push.applies(self.syncs):
             self._form(range(self.servers), mean_squares=False)
@@ -218,10 +227,11 @@ class Asgd(ServerWorker):
         """w_k <- x (pulled into w_prev) on elements [lo, hi)."""
         self.buffer.data[lo:hi] = self.previous.data[lo:hi]
 
-    def _other_shards_work(self):
-        """The other turns' deltas formed and the shards pulled in earlier
-        turns copied into w_k, in pieces of WORK_PIECE elements (callables
-        for await_server; dc's deltas whole, each with its mean square)."""
+    def _other_shards_work(self, replies):
+        """The other turns' deltas formed and the shards whose reply is in
+        (of `replies`, earlier turns') copied into w_k, in pieces of
+        WORK_PIECE elements (callables for await_server; dc's deltas whole,
+        each with its mean square)."""
         if self.staleness_compensation == "dc":
             work = [functools.partial(self._form, range(self.servers))]
         else:
@@ -229,9 +239,10 @@ class Asgd(ServerWorker):
                     for s in range(self.servers) if not self.formed[s]
                     for a, b in _cut(*self.shards[s])]
             self.formed = [True] * self.servers
-        work += [functools.partial(self._take, a, b)
-                 for s in self.pulled for a, b in _cut(*self.shards[s])]
-        self.pulled = []
+        for s, reply in replies:
+            if not self.taken[s] and reply.test():
+                work += [functools.partial(self._take, a, b) for a, b in _cut(*self.shards[s])]
+                self.taken[s] = True
         return work
 
     def _form(self, shards, mean_squares=True):
@@ -246,7 +257,7 @@ class Asgd(ServerWorker):
                     self.mean_squares[s] = kernels.mean_square(self.delta.data[lo:hi])
                 self.formed[s] = True
 
-    def exchange_with_server(self, servers):
+    def exchange_with_server(self, servers, replies):
         receives = [(s, self.previous_parts[s].irecv(s)) for s in servers]  # w_prev <- x
         if self.wires is not None:
             sends = [(s, mpi.Request([self.comm.Isend([self.wires[s], MPI.BYTE], dest=s,
@@ -258,8 +269,7 @@ class Asgd(ServerWorker):
             sends += [(s, self._push(s)) for s in servers]
         # with servers in turns (S > 1), the work of the other turns' shards
         # runs while this turn's bytes cross the link
-        self.await_server(receives, sends, work=self._other_shards_work())
-        self.pulled += servers
+        return receives, sends, self._other_shards_work(replies)
 
     def _push(self, s):
         """Isend shard s's delta. One not formed yet is formed a piece at a
@@ -282,9 +292,10 @@ class Asgd(ServerWorker):
                                             tag=TAG_MODEL)])
 
     def after_pull(self):
-        for s in self.pulled:                                            # w_k <- x
-            self._take(*self.shards[s])
-        self.pulled = []
+        for s in range(self.servers):                                    # w_k <- x
+            if not self.taken[s]:
+                self._take(*self.shards[s])
+        self.taken = [True] * self.servers
 
     def state_dict(self):
         state = {"w_prev": host_copy(self.previous.data)}

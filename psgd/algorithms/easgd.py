@@ -29,7 +29,8 @@ from . import overlap
 from .base import register
 from .option import Option
 from .staleness import COMPENSATIONS, elastic_gain
-from .server import SERVER_OPTIONS, Server
+from .server import Server
+from .server_options import SERVER_OPTIONS
 from .server_worker import ServerWorker
 
 
@@ -115,11 +116,11 @@ class Easgd(ServerWorker):
             kernels.axpy(self.buffer.data, self.alpha, self.center.data)
             kernels.axpy(self.buffer.data, -self.alpha, self.flight.snapshot[0].data)
 
-    def exchange_with_server(self, servers):
+    def exchange_with_server(self, servers, replies):
         # one message each way per shard
         sends = [(s, self.model_parts[s].isend(s)) for s in servers]
         receives = [(s, self.center_parts[s].irecv(s)) for s in servers]
-        self.await_server(receives, sends)
+        return receives, sends, ()
 
     def after_pull(self):
         kernels.lerp(self.buffer.data, self.center.data, self.alpha)  # w_k -= alpha (w_k - x)

@@ -1,47 +1,40 @@
 """What easgd, asgd and masgd share on rank 0: the event loop (Kaldi's
 EasgdServer/AsgdServer run loop, with the fixes of docs/algorithms.md); the worker
-side of the wire protocol is server_worker.py. The algorithm files hold only
-their exchange and update.
+side of the wire protocol is server_worker.py, every message of it is in
+docs/protocol.md. The algorithm files hold only their exchange and update.
 
 Wire protocol. A worker opens every exchange with a control message on
-TAG_MSG: one int64 pair [message, n_k] (the contract's one int, plus the
-worker's sample count so the server can log samples), then the model traffic
-on TAG_MODEL: one flat buffer per message. FINISHED carries n_k = 0; the
-server answers it with a notice on TAG_NOTICE, int64 [code, sender, value],
-code 0 ("done"), so stop() returns once the server has everything. If the
-server has to give up (an unknown or malformed control message, or an error
-in its own update) it sends every running worker a notice with the reason
-instead, drains whatever they still send, waits for each one's FINISHED and
-raises ProtocolError; every worker raises the same error out of its
-synchronize/stop. No rank is left blocked and no message is left unreceived.
+TAG_MSG, int64 [message, n_k] (the contract's one int, plus the sample count
+the server logs), then the model traffic on TAG_MODEL. A SYNC_WHEN_READY
+sync (sharded servers' workers in turns) pushes only once the server has
+sent READY (TAG_READY) as it takes the worker up, and its reply then drains
+while the server takes up the next worker. FINISHED carries n_k = 0 and is
+answered with a notice on TAG_NOTICE, int64 [code, sender, value], code 0.
+A server that gives up (an unknown or malformed control message, an error in
+its own update) sends every running worker a notice with the reason, drains
+what they still send, waits for each one's FINISHED and raises ProtocolError,
+which every worker raises too. No rank is left blocked and no message unreceived.
 
 Fairness. The server serves the head of its ControlQueue (control_queue.py:
 one Irecv per worker, arrivals in round-robin order), then re-posts that
-worker's Irecv, so a worker in a tight loop cannot starve the others. Each log
-entry records when its message was seen.
+worker's Irecv, so a worker in a tight loop cannot starve the others.
 
 Shards. With `servers = S` > 1, ranks 0..S-1 each serve one contiguous shard
-[lo, hi) of the flat buffer (buffers.shard_bounds) with this same loop: their
-own sync count, log, staleness and ServerStats. A worker sends a sync's control
-message to each server it trades a shard with, and trades each shard with its
-server. A server that gives up tells its workers as above; they answer it and
-finish with the others, so every server's run() ends; then the servers agree
-(one Allgather of [failed, code, sender, value] among them) and all raise, or
-servers 1..S-1 send their shard to rank 0 (TAG_SHARD; round_end.py), whose
-params then hold the whole center. Where the rule depends on the service
-order (asgd/masgd's barrier_period), servers 1..S-1 serve in rank 0's order
-(service_order.py).
-Otherwise a worker meets its servers in turns (server_worker.py), so each
-server's queue sees a worker only when its turn has come.
+[lo, hi) of the flat buffer (buffers.shard_bounds) with this same loop and
+their own counts, log and ServerStats. A server that gives up tells its
+workers, which answer it and finish with the others; then the servers agree
+(round_end.py) and all raise, or servers 1..S-1 send their shard to rank 0,
+whose params then hold the whole center. Where the rule depends on the
+service order (asgd/masgd's barrier_period), servers 1..S-1 serve in rank 0's
+order (service_order.py); otherwise a worker meets its servers in turns
+(server_worker.py).
 
 Losing a worker. With survive_worker_loss (an MPI with ULFM: psgd/ulfm.py)
-a worker whose process dies is dropped, not a reason to give up: its
-control receive or its model traffic fails, the server names it on stderr
-(worker_lost: held replies forget it, barriers stop waiting for it) and
-serves the others to the end of the round. Whatever of its last update had
-arrived stays applied. With S > 1 servers it is refused: their agreement
-and the shards they trade would need every server to see the same loss at
-the same sync.
+a worker whose process dies is dropped, not a reason to give up: the server
+names it on stderr (worker_lost: held replies forget it, barriers stop
+waiting for it) and serves the others to the end of the round; whatever of
+its last update had arrived stays applied. Refused with S > 1: every server
+would have to see the same loss at the same sync.
 
 Idle waits poll, spinning only where a message is likely and sleeping with a
 backoff up to `poll_max_sleep` otherwise (waiting.py), because MPICH and Open
@@ -53,50 +46,23 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .. import mpi, pieces, trace, ulfm
+from .. import mpi, pieces, trace
 from ..buffers import host_copy, shard_bounds
 from ..errors import ProtocolError, UsageError
-from ..protocol import CONTROL_SLOTS, MSG_FINISHED, NOTICE_DONE, NOTICE_SERVER_ERROR, TAG_MSG
+from ..protocol import (CONTROL_SLOTS, MSG_FINISHED, MSG_SYNC_WHEN_READY, NOTICE_DONE,
+                        NOTICE_SERVER_ERROR, TAG_MSG, TAG_READY)
 from . import round_end
 from .base import Algorithm
 from .center_average import CenterAverage
 from .control_queue import ControlQueue
 from .in_flight import InFlight, Transfer
-from .option import Option
 from .server_failure import LOST, GivingUp
+from .server_options import refuse_survival_with_shards
 from .server_stats import ServerStats, Service  # noqa: F401  (re-exported)
 from .service_order import ServiceOrder
 from .waiting import Waiter
 
-def _sleep_range(v):
-    return None if 0.0 <= v <= 1.0 else "must be between 0 and 1 second"
-
-
-# poll_max_sleep: the longest sleep of the server's idle wait and of a worker's wait for
-# its answer (waiting.py), so the most a message coming off schedule waits to be
-# noticed; 0 never sleeps (a core per rank).
-def _survivable(v):
-    return ulfm.missing() if v else None
-
-
-SERVER_OPTIONS = {"poll_max_sleep": Option(1e-3, _sleep_range, flag=False),
-                  "average_examples": Option(
-                      0.0, lambda v: None if v >= 0 else "must be >= 0",
-                      help="the model a job keeps: the center averaged over about this many "
-                           "examples of its updates (0: the center itself; the trainer's "
-                           "default: a quarter of an epoch)"),
-                  "survive_worker_loss": Option(
-                      False, _survivable, kind=bool,
-                      help="a worker whose process dies is dropped and the others go on "
-                           "(needs %s)" % ulfm.LAUNCH)}
-
-
-def refuse_survival_with_shards(algorithm):
-    """Every rank of a server algorithm (one error on every rank)."""
-    if algorithm.survive_worker_loss and algorithm.servers > 1:
-        raise UsageError("%s: survive_worker_loss needs one server (servers=%d): shards would "
-                         "have to agree on a lost worker mid-round" % (
-                             algorithm.name, algorithm.servers))
+_READY = np.zeros(1, dtype=np.uint8)     # the payload of READY
 
 
 class Server(GivingUp, Algorithm):
@@ -151,6 +117,8 @@ class Server(GivingUp, Algorithm):
         self.control = ControlQueue(self.comm, self.servers, self.node.size,
                                     Waiter(self.poll_max_sleep), lossy=self.survive_worker_loss)
         self.in_flight = InFlight(self.comm, self.piece)
+        self.replying = []          # the sends of the last reply in line, by piece (pieces.py)
+        self.when_ready = False     # the sync being served: MSG_SYNC_WHEN_READY
         self._new_round = False
         super().initialized()                       # restart(): started_from
 
@@ -194,12 +162,14 @@ class Server(GivingUp, Algorithm):
         return state
 
     def _load_state(self, state):
+        self.settle()
         self.center.data[...] = self.buffer.xp.asarray(state["center"])
         self.restart()
         if self.average is not None and "average" in state:
             self.average.average.data[...] = self.buffer.xp.asarray(state["average"])
 
     def restart(self):
+        self.settle()
         # rank -> update count of the x it last got: every worker holds x now
         self.started_from = {rank: self.syncs for rank in self.workers_ranks}
         if self.average is not None:
@@ -219,9 +189,11 @@ class Server(GivingUp, Algorithm):
         wall, cpu = time.perf_counter(), time.process_time()
         try:
             self._serve_all(stats)
+            self.settle()
         except KeyboardInterrupt:
             raise
         except BaseException:
+            self.settle()
             round_end.end_shards(self, failed=True)
             raise
         if self.average is not None:
@@ -265,6 +237,18 @@ class Server(GivingUp, Algorithm):
             if began is not None and entry[1] != MSG_FINISHED and served is None:
                 self._traced_serve(entry[0], began)
 
+    def settled(self):
+        """The last reply's sends, by piece, handed over to the serve that
+        writes over their pieces next (pieces.serve waits for each)."""
+        replying, self.replying = self.replying, []
+        return replying
+
+    def settle(self):
+        """Wait for the last reply's sends: before anything but a serve in
+        pieces writes x."""
+        for request in self.settled():
+            request.wait()
+
     def one_order(self):
         """Whether every shard must serve in one order (subclasses say)."""
         return False
@@ -292,6 +276,9 @@ class Server(GivingUp, Algorithm):
             self.worker_finished(rank)
             return
         self._note_staleness(rank)
+        self.when_ready = message == MSG_SYNC_WHEN_READY
+        if self.when_ready:                     # its push waits for this
+            self.comm.Send([_READY, MPI.BYTE], dest=rank, tag=TAG_READY)
         reply = self.serve(rank)
         if isinstance(reply, Transfer):         # logged (and traced) once its update is in
             reply.n_k, reply.arrived = n_k, arrived

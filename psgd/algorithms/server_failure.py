@@ -11,7 +11,7 @@ from mpi4py import MPI
 
 from .. import ulfm
 from ..errors import ProtocolError
-from ..protocol import LEADER_FAILED, MSG_SYNC, NOTICE_SERVER_ERROR, TAG_MODEL, TAG_NOTICE
+from ..protocol import LEADER_FAILED, MSG_FINISHED, NOTICE_SERVER_ERROR, TAG_MODEL, TAG_NOTICE
 from .waiting import FIRST_SLEEP
 
 LOST = object()      # what a step of the event loop returns when it lost a worker
@@ -76,7 +76,7 @@ class GivingUp:
             drained = self._drain_models()
             while control:
                 rank, message, _, _ = control.popleft()
-                if message == MSG_SYNC:              # its payload is drained as it comes
+                if message != MSG_FINISHED:          # its payload, if any, is drained as it comes
                     control.post(rank)
                 else:
                     waiting.discard(rank)

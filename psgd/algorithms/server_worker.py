@@ -12,7 +12,13 @@ server tended to pick the same worker first (the first control message to
 arrive) and the other workers' links sat idle (asgd, 1e7 parameters, one
 rank per namespace host at 1 Gb/s, quiet machine: S = N = 2 moved 0.58 of
 what the links allow at once and 0.78-0.84 in turns, S = N = 3 0.55 and
-0.70-0.72; benchmarks/FINDINGS.md)."""
+0.70-0.72; benchmarks/FINDINGS.md). An asgd or masgd worker's turn asks
+for READY (MSG_SYNC_WHEN_READY) and pushes once it has come, and its next
+turn begins as soon as the push has gone, while the reply still comes in:
+the next server's link then starts when that server is free, not when this
+worker's last reply has drained, and an eager push never lands on a server
+still receiving another's (S = 2 0.80-0.81 -> 0.84-0.85, S = 3 0.68-0.73
+-> 0.77-0.80, kernel socket buffers; FINDINGS, "Turns that wait for READY")."""
 import functools
 
 import numpy as np
@@ -21,10 +27,11 @@ from mpi4py import MPI
 from .. import mpi, pieces, trace, ulfm
 from ..buffers import shard_bounds
 from ..errors import ProtocolError, ServerDiedError, UsageError
-from ..protocol import MSG_FINISHED, MSG_SYNC, NOTICE_DONE, TAG_MSG, TAG_NOTICE, notice_text
+from ..protocol import (MSG_FINISHED, MSG_SYNC, MSG_SYNC_WHEN_READY, NOTICE_DONE, TAG_MSG,
+                        TAG_NOTICE, TAG_READY, notice_text)
 from .base import Algorithm
 from .sample_count import check_count
-from .server import refuse_survival_with_shards
+from .server_options import refuse_survival_with_shards
 from .waiting import Waiter
 
 NO_NOTICE = -1      # a notice slot not yet written
@@ -66,6 +73,7 @@ class ServerWorker(Algorithm):
         if self.servers > 1:                # collective with the servers' Split
             self.comm.Split(MPI.UNDEFINED, self.node.rank)
         self._control = np.zeros(2, dtype=np.int64)
+        self._ready = np.zeros(1, dtype=np.uint8)
         self._notice = np.zeros((self.servers, 3), dtype=np.int64)   # one per server
         self._post_notices()
         self.stopped = False
@@ -153,13 +161,45 @@ class ServerWorker(Algorithm):
     def send_and_receive(self, n_k):
         """A sync's messages, after before_push(): control and model to each
         turn's servers, then after_pull()."""
-        for servers in self.turns():
-            self._send_control(MSG_SYNC, n_k, servers)
-            self.exchange_with_server(servers)
+        turns = self.turns()
+        # with turns that wait for READY, a turn's push goes as soon as the
+        # last one's has gone and its server is ready, while earlier turns'
+        # replies still come in (module docstring)
+        when_ready = len(turns) > 1 and self.pushes_when_ready
+        replies = []            # (server, receive) of the turns pushed so far
+        for servers in turns:
+            if when_ready:
+                # a server that has sent READY waits for the push, so even
+                # when another server has given up the push goes, and this
+                # worker fails after it (in the next wait)
+                self._send_control(MSG_SYNC_WHEN_READY, n_k, servers)
+                gone = self.await_server([(s, self._ready_from(s)) for s in servers],
+                                         also=replies, fail=False)
+                servers = [s for s in servers if s not in gone]
+            else:
+                self._send_control(MSG_SYNC, n_k, servers)
+            receives, sends, work = self.exchange_with_server(servers, replies)
+            if when_ready:
+                self.await_server([], sends, work=work, also=replies + receives)
+            else:
+                self.await_server(receives, sends, work=work)
+            replies += receives
+            if when_ready and gone:
+                self._fail()
+        if when_ready:
+            self.await_server(replies)
         self.after_pull()
 
-    def exchange_with_server(self, servers):
-        """The model traffic with `servers` (after their control message)."""
+    pushes_when_ready = False   # whether its turns wait for READY (asgd, masgd)
+
+    def _ready_from(self, server):
+        return mpi.Request([self.comm.Irecv([self._ready, MPI.BYTE], source=server,
+                                            tag=TAG_READY)])
+
+    def exchange_with_server(self, servers, replies):
+        """The model traffic with `servers` (after their control message),
+        posted: returns (receives, sends, work) for await_server. `replies`:
+        (server, receive) of the earlier turns, in or still coming in."""
         raise NotImplementedError
 
     def land(self, before_sync=True):
@@ -186,7 +226,7 @@ class ServerWorker(Algorithm):
                     request.Wait()
         super().close()
 
-    def await_server(self, receives, sends=(), stage_in=True, work=()):
+    def await_server(self, receives, sends=(), stage_in=True, work=(), also=(), fail=True):
         """Wait for this exchange's requests ((server, mpi.Request) pairs of
         Exchange.irecv/isend) unless a server's notice comes first: then
         withdraw the receives from that server, let the others finish,
@@ -197,7 +237,10 @@ class ServerWorker(Algorithm):
         MPI polled between them (over TCP a transfer moves only while its
         ranks poll, waiting.py), all of them run before this returns.
         Waits by the Waiter's policy: MPI's Waitany would spin for as long as
-        the servers take."""
+        the servers take. `also`: receives ((server, mpi.Request) pairs)
+        not waited for here but withdrawn with these when their server's
+        notice comes. Without `fail`, returns the servers that gave up
+        instead of raising."""
         pending = [r for _, request in list(receives) + list(sends) for r in request.requests]
         for piece in work:
             piece()
@@ -218,7 +261,7 @@ class ServerWorker(Algorithm):
             if what == "done":
                 break
             failed.add(gone)
-            for s, request in receives:
+            for s, request in list(receives) + list(also):
                 if s == gone:
                     request.cancel()
             for s, request in sends:           # they complete: the server drains them
@@ -229,8 +272,9 @@ class ServerWorker(Algorithm):
                 request.wait()                 # the stage-in
         if rec is not None:
             rec.part(trace.WITH_SERVER, start, trace.now())
-        if failed:
+        if failed and fail:
             self._fail()
+        return failed
 
     def exit_action(self):
         if self.comm is None or self.stopped or self.failure is not None:

@@ -31,9 +31,9 @@ def crawl(obj):
     """Delay this worker's model traffic by SLOW_S each sync."""
     exchange = obj.exchange_with_server
 
-    def slowly(servers):
+    def slowly(servers, replies):
         time.sleep(SLOW_S)
-        exchange(servers)
+        return exchange(servers, replies)
     obj.exchange_with_server = slowly
 
 

@@ -25,14 +25,15 @@ def expected_final(k, after, owed):
     return base - owed.get(k, 0)
 
 
-def syncing(count, prepare=None):
-    """A worker that trains and syncs `count` times, then stops: (its model
-    as each sync returned, its model after stop)."""
+def syncing(count, prepare=None, compute=0.0):
+    """A worker that trains (`compute` seconds) and syncs `count` times,
+    then stops: (its model as each sync returned, its model after stop)."""
     def worker(obj, k):
         if prepare:
             prepare(obj)
         seen = []
         for t in range(count):
+            time.sleep(compute)
             obj.buffer.data += local(k, t)
             obj.synchronize(1)
             seen.append(host_copy(obj.buffer.data))
@@ -89,16 +90,18 @@ def test_each_shard_of_an_exchange_in_flight_replays(comm):
 
 
 def test_auto_leaves_nothing_in_flight_on_one_host(comm):
-    """The exchanges here take 20 ms against no compute at all: on one
-    host `auto` still exchanges in line (the replay without late pulls)."""
+    """The exchanges here take 20 ms, as long as the compute between syncs:
+    across hosts `auto` would leave them in flight, on one host it still
+    exchanges in line (the replay without late pulls)."""
     def slowly(obj):
         exchange = obj.exchange_with_server
 
-        def slow(servers):
+        def slow(servers, replies):
             time.sleep(0.02)
-            exchange(servers)
+            return exchange(servers, replies)
         obj.exchange_with_server = slow
-    obj, result, log, _ = drive(comm, "easgd", worker=syncing(8, slowly), alpha=ALPHA)
+    obj, result, log, _ = drive(comm, "easgd", worker=syncing(8, slowly, compute=0.02),
+                                alpha=ALPHA)
     center, after = reference.easgd(x0(), log, local, ALPHA)
     if obj.role == "server":
         np.testing.assert_allclose(host_copy(obj.buffer.data), center, rtol=1e-12, atol=1e-12)

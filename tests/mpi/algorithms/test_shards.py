@@ -283,13 +283,15 @@ def test_a_failing_shard_update_stops_every_rank(comm):
     assert comm.allreduce(1) == comm.size
 
 
-@pytest.mark.parametrize("name,options,at_once", [("asgd", {}, False), ("easgd", {}, False),
-                                                 ("masgd", {}, False),
-                                                 ("asgd", {"barrier_period": 2}, True)])
-def test_workers_meet_their_servers_in_turns(comm, name, options, at_once):
+@pytest.mark.parametrize("name,options,at_once,message", [
+    ("asgd", {}, False, protocol.MSG_SYNC_WHEN_READY), ("easgd", {}, False, protocol.MSG_SYNC),
+    ("masgd", {}, False, protocol.MSG_SYNC_WHEN_READY),
+    ("asgd", {"barrier_period": 2}, True, protocol.MSG_SYNC)])
+def test_workers_meet_their_servers_in_turns(comm, name, options, at_once, message):
     """Worker k (rank S + k) sends its sync to server (k + j) mod S in turn j,
-    so two workers start on different servers; with one service order (a
-    barrier) every sync goes to every server at once. The replay still holds."""
+    so two workers start on different servers, asgd's and masgd's pushing
+    when the server is READY; with one service order (a barrier) every sync
+    goes to every server at once. The replay still holds."""
     S = servers_or_skip(comm, 2)
     sent = []
 
@@ -300,11 +302,13 @@ def test_workers_meet_their_servers_in_turns(comm, name, options, at_once):
             send(message, n_k, servers))[-1]
         return sharded_worker(S)(obj, k)
     obj, _, _ = drive_sharded(comm, name, S, worker=recording, **options)
-    syncs = [servers for message, servers in sent if message == protocol.MSG_SYNC]
+    syncs = [servers for sent_message, servers in sent if sent_message == message]
+    assert all(sent_message in (message, protocol.MSG_FINISHED) for sent_message, _ in sent)
     assert comm.allreduce(len(syncs)) > 0          # some workers' plans sync no block
     if obj.role == "server":
         return
     k = comm.rank - S
     turns = [list(range(S))] if at_once else [[(k + j) % S] for j in range(S)]
     assert len(syncs) % len(turns) == 0 and syncs == turns * (len(syncs) // len(turns)), syncs
-    assert [servers for message, servers in sent if message == protocol.MSG_FINISHED] == [None]
+    assert [servers for sent_message, servers in sent
+            if sent_message == protocol.MSG_FINISHED] == [None]
