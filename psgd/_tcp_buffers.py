@@ -8,10 +8,12 @@ reply still had 1.4-1.8 MB queued (11-14 ms at 1 Gb/s) when the server
 moved on, and a worker trading shards in turns waited that long before its
 next turn, its outgoing direction idle meanwhile. 256 KiB buffers (the
 kernel doubles what is asked) took asgd's two servers at 1 Gb/s from
-0.83-0.84 to 0.89-0.91 of their links. But one connection then moves at
-most about twice the size per round trip, and at 10 Gb/s on the namespace
-cluster a single server's exchanges lost up to a third in most runs: hence
-not the default (benchmarks/FINDINGS.md has the figures).
+0.83-0.84 to 0.89-0.91 of their links. Since then asgd's and masgd's turns
+push when the server is READY, without waiting for the last reply
+(server_worker.py), and then the kernel's buffers did better than 256 KiB.
+One connection moves at most about twice the size per round trip, and at
+10 Gb/s on the namespace cluster a single server's exchanges lost up to a
+third in most runs: not the default (benchmarks/FINDINGS.md has the figures).
 
 Too late where MPI started before psgd was imported (`from mpi4py import
 MPI` first): then the job's own variables decide, and a PSGD_TCP_BUFFER the
