@@ -92,7 +92,7 @@ class ControlQueue:
             elif message not in MESSAGES:
                 bad.append((NOTICE_UNKNOWN, rank, message,
                             "unknown control message %d from rank %d (expected %s)" % (
-                                message, rank, " or ".join(
+                                message, rank, _one_of(
                                     "%d = %s" % kv for kv in sorted(MESSAGES.items())))))
             elif n_k < 0:
                 bad.append((NOTICE_MALFORMED, rank, n_k,
@@ -115,3 +115,9 @@ class ControlQueue:
         """The Waiter's test: None while nothing has arrived (or died)."""
         done = self._testsome()
         return None if not done and not self.lost else (done,)
+
+
+def _one_of(names):
+    """'a, b or c'."""
+    names = list(names)
+    return " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)

@@ -85,5 +85,5 @@ except ProtocolError as exc:
     assert len(lines) == 3, proc.stderr
     assert all("unknown control message 7 from rank 2" in line for line in lines)
     assert any(re.match(r"psgd: error: easgd server: unknown control message 7 from rank 2 "
-                        r"\(expected 0 = SYNC or 1 = FINISHED\)$", line) for line in lines)
+                        r"\(expected 0 = SYNC, 1 = FINISHED or 2 = SYNC_WHEN_READY\)$", line) for line in lines)
     assert "Abort" not in proc.stderr
