@@ -117,7 +117,10 @@ class Server(GivingUp, Algorithm):
         self.control = ControlQueue(self.comm, self.servers, self.node.size,
                                     Waiter(self.poll_max_sleep), lossy=self.survive_worker_loss)
         self.in_flight = InFlight(self.comm, self.piece)
-        self.replying = []          # the sends of the last reply in line, by piece (pieces.py)
+        # the sends of the last reply in line, by piece (pieces.py); empty
+        # outside run(), which settles them as it ends: a reset or a load
+        # between rounds never meets a reply still draining
+        self.replying = []
         self.when_ready = False     # the sync being served: MSG_SYNC_WHEN_READY
         self._new_round = False
         super().initialized()                       # restart(): started_from
@@ -162,14 +165,12 @@ class Server(GivingUp, Algorithm):
         return state
 
     def _load_state(self, state):
-        self.settle()
         self.center.data[...] = self.buffer.xp.asarray(state["center"])
         self.restart()
         if self.average is not None and "average" in state:
             self.average.average.data[...] = self.buffer.xp.asarray(state["average"])
 
     def restart(self):
-        self.settle()
         # rank -> update count of the x it last got: every worker holds x now
         self.started_from = {rank: self.syncs for rank in self.workers_ranks}
         if self.average is not None:
@@ -244,8 +245,8 @@ class Server(GivingUp, Algorithm):
         return replying
 
     def settle(self):
-        """Wait for the last reply's sends: before anything but a serve in
-        pieces writes x."""
+        """Wait for the last reply's sends: in run(), before anything but a
+        serve in pieces writes x, and as it ends."""
         for request in self.settled():
             request.wait()
 
