@@ -291,6 +291,27 @@ class Asgd(ServerWorker):
         return mpi.Request([self.comm.Isend([self.mean_squares[s:s + 1], MPI.DOUBLE], dest=s,
                                             tag=TAG_MODEL)])
 
+    def landing(self, replies):
+        """w_k <- x a piece at a time as the last replies land, so what
+        is left to copy once the last one is in is a piece, not a shard
+        (FINDINGS, "The last reply taken as it lands"). Pieces from one
+        server land in order (MPI matches them in order); a staged reply
+        lands whole, at its stage-in, and after_pull takes it."""
+        landing = {s: (reply.requests, self.previous_parts[s].pieces(), [0])
+                   for s, reply in replies if not self.taken[s]
+                   and self.previous_parts[s].direct and len(reply.requests) > 1}
+        for s in landing:       # await_server's last poll, all in, takes the rest
+            self.taken[s] = True
+
+        def take_landed():
+            for s, (requests, bounds, next_) in landing.items():
+                base, j = self.shards[s][0], next_[0]
+                while j < len(requests) and requests[j].Test():
+                    self._take(base + bounds[j][0], base + bounds[j][1])
+                    j += 1
+                next_[0] = j
+        return take_landed if landing else None
+
     def after_pull(self):
         for s in range(self.servers):                                    # w_k <- x
             if not self.taken[s]:

@@ -187,7 +187,7 @@ class ServerWorker(Algorithm):
             if when_ready and gone:
                 self._fail()
         if when_ready:
-            self.await_server(replies)
+            self.await_server(replies, poll=self.landing(replies))
         self.after_pull()
 
     pushes_when_ready = False   # whether its turns wait for READY (asgd, masgd)
@@ -201,6 +201,11 @@ class ServerWorker(Algorithm):
         posted: returns (receives, sends, work) for await_server. `replies`:
         (server, receive) of the earlier turns, in or still coming in."""
         raise NotImplementedError
+
+    def landing(self, replies):
+        """A callable polled while `replies` ((server, receive) pairs) come
+        in, doing the work of what has landed so far, or None."""
+        return None
 
     def land(self, before_sync=True):
         """Finish the exchange the last sync left in flight, if it did
@@ -226,7 +231,8 @@ class ServerWorker(Algorithm):
                     request.Wait()
         super().close()
 
-    def await_server(self, receives, sends=(), stage_in=True, work=(), also=(), fail=True):
+    def await_server(self, receives, sends=(), stage_in=True, work=(), also=(), fail=True,
+                     poll=None):
         """Wait for this exchange's requests ((server, mpi.Request) pairs of
         Exchange.irecv/isend) unless a server's notice comes first: then
         withdraw the receives from that server, let the others finish,
@@ -240,7 +246,8 @@ class ServerWorker(Algorithm):
         the servers take. `also`: receives ((server, mpi.Request) pairs)
         not waited for here but withdrawn with these when their server's
         notice comes. Without `fail`, returns the servers that gave up
-        instead of raising."""
+        instead of raising. `poll`: called between the tests and once
+        after the last (landing())."""
         pending = [r for _, request in list(receives) + list(sends) for r in request.requests]
         for piece in work:
             piece()
@@ -253,6 +260,8 @@ class ServerWorker(Algorithm):
         def outcome():      # None while the exchange is not done and no new notice came
             if MPI.Request.Testall(pending):
                 return "done", None
+            if poll is not None and not failed:     # a withdrawn receive landed nothing
+                poll()
             gone = [s for s in range(self.servers)
                     if s not in failed and self._notice_requests[s].Test()]
             return ("notice", gone[0]) if gone else None
@@ -270,6 +279,8 @@ class ServerWorker(Algorithm):
         for s, request in receives:
             if stage_in and s not in failed:
                 request.wait()                 # the stage-in
+        if poll is not None and not failed:
+            poll()
         if rec is not None:
             rec.part(trace.WITH_SERVER, start, trace.now())
         if failed and fail:

@@ -4,7 +4,8 @@ the 23-element test model cut into pieces of 1, 5 and 7 elements (uneven,
 across tensors) and in one message, every center and every worker model
 equals the serial replay of docs/algorithms.md; so do dc (each piece
 corrected with the mean square the worker sent first), held replies and
-shards in pieces, and the worker's work under a turn in small pieces.
+shards in pieces, the worker's work under a turn in small pieces and a
+reply taken as it lands.
 easgd keeps one message.
 A failing update in the middle of a sync ends every rank without a hang,
 and ranks that disagree on the piece size fail at create with one line."""
@@ -106,6 +107,51 @@ def test_the_work_under_a_turn_in_small_pieces(comm, monkeypatch, servers, work_
     monkeypatch.setattr(asgd, "WORK_PIECE", work_piece)
     with Pieces(5):
         check_sharded_replay(comm, "asgd", REPLAYS["asgd"], servers)
+
+
+@pytest.mark.parametrize("name", ["asgd", "masgd"])
+def test_a_reply_taken_piece_by_piece_as_it_lands(comm, monkeypatch, name):
+    """The last turn's reply is copied into w_k a piece at a time as it
+    lands (Asgd.landing). Servers that send each reply piece 3 ms after
+    the last make the worker's final wait find replies partly in: the
+    replay holds, and some final wait took its pieces in several polls."""
+    if comm.size < 3:
+        pytest.skip("two servers need three ranks")
+    import time
+    from psgd.algorithms import asgd
+    from shard_plans import check_sharded_replay
+    waits = []      # per final wait: the pieces each poll took
+    if comm.rank < 2:
+        send = mpi.Exchange.isend_part
+
+        def trickle(exchange, *args, **kwargs):
+            time.sleep(0.003)
+            return send(exchange, *args, **kwargs)
+        monkeypatch.setattr(mpi.Exchange, "isend_part", trickle)
+    else:
+        take, landing = asgd.Asgd._take, asgd.Asgd.landing
+
+        def counted(obj, lo, hi):
+            if waits:
+                waits[-1][-1] += 1
+            take(obj, lo, hi)
+
+        def polls_counted(obj, replies):
+            take_landed = landing(obj, replies)
+            if take_landed is None:
+                return None
+            waits.append([])
+
+            def poll():
+                waits[-1].append(0)
+                take_landed()
+            return poll
+        monkeypatch.setattr(asgd.Asgd, "_take", counted)
+        monkeypatch.setattr(asgd.Asgd, "landing", polls_counted)
+    with Pieces(2):
+        check_sharded_replay(comm, name, REPLAYS[name], 2, **OPTIONS[name])
+    partly_in = sum(len([n for n in polls if n]) > 1 for polls in waits)
+    assert comm.allreduce(partly_in) > 0
 
 
 # pieces of 1: 23 pieces, more than the server posts receives ahead
