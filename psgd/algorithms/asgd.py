@@ -192,7 +192,6 @@ class Asgd(ServerWorker):
     OPTIONS = OPTIONS
     server = AsgdServer
     WORKER_STATE = ("w_prev",)
-    pushes_when_ready = True
 
     def initialized(self):
         self.previous = self.buffer.like()      # w_prev: the x last pulled

@@ -12,13 +12,14 @@ server tended to pick the same worker first (the first control message to
 arrive) and the other workers' links sat idle (asgd, 1e7 parameters, one
 rank per namespace host at 1 Gb/s, quiet machine: S = N = 2 moved 0.58 of
 what the links allow at once and 0.78-0.84 in turns, S = N = 3 0.55 and
-0.70-0.72; benchmarks/FINDINGS.md). An asgd or masgd worker's turn asks
-for READY (MSG_SYNC_WHEN_READY) and pushes once it has come, and its next
+0.70-0.72; benchmarks/FINDINGS.md). A worker's turn asks for READY
+(MSG_SYNC_WHEN_READY) and pushes once it has come, and its next
 turn begins as soon as the push has gone, while the reply still comes in:
 the next server's link then starts when that server is free, not when this
 worker's last reply has drained, and an eager push never lands on a server
 still receiving another's (S = 2 0.80-0.81 -> 0.84-0.85, S = 3 0.68-0.73
--> 0.77-0.80, kernel socket buffers; FINDINGS, "Turns that wait for READY")."""
+-> 0.77-0.80, kernel socket buffers; easgd S = 2 0.80 -> 0.83; FINDINGS,
+"Turns that wait for READY" and "easgd's turns wait for READY")."""
 import functools
 
 import numpy as np
@@ -162,10 +163,10 @@ class ServerWorker(Algorithm):
         """A sync's messages, after before_push(): control and model to each
         turn's servers, then after_pull()."""
         turns = self.turns()
-        # with turns that wait for READY, a turn's push goes as soon as the
-        # last one's has gone and its server is ready, while earlier turns'
-        # replies still come in (module docstring)
-        when_ready = len(turns) > 1 and self.pushes_when_ready
+        # in turns, each waits for READY, and a turn's push goes as soon as
+        # the last one's has gone and its server is ready, while earlier
+        # turns' replies still come in (module docstring)
+        when_ready = len(turns) > 1
         replies = []            # (server, receive) of the turns pushed so far
         for servers in turns:
             if when_ready:
@@ -189,8 +190,6 @@ class ServerWorker(Algorithm):
         if when_ready:
             self.await_server(replies, poll=self.landing(replies))
         self.after_pull()
-
-    pushes_when_ready = False   # whether its turns wait for READY (asgd, masgd)
 
     def _ready_from(self, server):
         return mpi.Request([self.comm.Irecv([self._ready, MPI.BYTE], source=server,

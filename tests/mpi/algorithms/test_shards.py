@@ -284,13 +284,14 @@ def test_a_failing_shard_update_stops_every_rank(comm):
 
 
 @pytest.mark.parametrize("name,options,at_once,message", [
-    ("asgd", {}, False, protocol.MSG_SYNC_WHEN_READY), ("easgd", {}, False, protocol.MSG_SYNC),
+    ("asgd", {}, False, protocol.MSG_SYNC_WHEN_READY),
+    ("easgd", {}, False, protocol.MSG_SYNC_WHEN_READY),
     ("masgd", {}, False, protocol.MSG_SYNC_WHEN_READY),
     ("asgd", {"barrier_period": 2}, True, protocol.MSG_SYNC)])
 def test_workers_meet_their_servers_in_turns(comm, name, options, at_once, message):
     """Worker k (rank S + k) sends its sync to server (k + j) mod S in turn j,
-    so two workers start on different servers, asgd's and masgd's pushing
-    when the server is READY; with one service order (a barrier) every sync
+    so two workers start on different servers, each pushing when its
+    server is READY; with one service order (a barrier) every sync
     goes to every server at once. The replay still holds."""
     S = servers_or_skip(comm, 2)
     sent = []
