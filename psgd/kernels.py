@@ -26,6 +26,12 @@ NUMEXPR_MIN_SIZE = 1 << 16
 BLOCK = 1 << 17
 
 
+def load_loops(a):
+    """Load the compiled loops (psgd/jit.py) now if the updates of `a`, a
+    flat buffer, will take them, instead of in its first update."""
+    kernel_loops.ready(a)
+
+
 def _on_gpu(a):
     return not isinstance(a, np.ndarray)
 

@@ -36,12 +36,7 @@ from .base import register
 from .option import Option, positive
 from .server import Server
 from .server_options import SERVER_OPTIONS
-from .server_worker import ServerWorker
-
-# The worker's work under a transfer goes in pieces of this many elements,
-# MPI polled between them: a pass over 2 MB takes well under the 4 ms that
-# even 256 KiB socket buffers (512 KB) last at 1 Gb/s (psgd/_tcp_buffers.py).
-WORK_PIECE = 2 ** 19
+from .server_worker import ServerWorker, work_pieces
 
 OPTIONS = {"alpha": Option(1.0, positive, help="the center's gain on a delta (default 1)"),
            "barrier_period": Option(0, kind=int,
@@ -196,6 +191,7 @@ class Asgd(ServerWorker):
     def initialized(self):
         self.previous = self.buffer.like()      # w_prev: the x last pulled
         self.previous_parts = self.shard_parts(mpi.Exchange(self.comm, self.previous))
+        self.pull_parts = self.previous_parts
         self.delta = self.buffer.like()
         self.delta_parts = self.shard_parts(mpi.Exchange(self.comm, self.delta))
         self.mean_squares = np.zeros(self.servers)      # dc: each shard's, sent first
@@ -208,7 +204,7 @@ class Asgd(ServerWorker):
             self.push.residual.fill(0)
 
     def before_push(self):
-        self.formed, self.taken = [False] * self.servers, [False] * self.servers
+        self.formed = [False] * self.servers
         self.wires = None
         if self.push is not None and self.push.applies(self.syncs):
             self._form(range(self.servers), mean_squares=False)
@@ -222,27 +218,23 @@ class Asgd(ServerWorker):
         self.buffer.xp.subtract(self.buffer.data[lo:hi], self.previous.data[lo:hi],
                                 out=self.delta.data[lo:hi])
 
-    def _take(self, lo, hi):
+    def pulled(self, lo, hi):
         """w_k <- x (pulled into w_prev) on elements [lo, hi)."""
         self.buffer.data[lo:hi] = self.previous.data[lo:hi]
 
     def _other_shards_work(self, replies):
         """The other turns' deltas formed and the shards whose reply is in
-        (of `replies`, earlier turns') copied into w_k, in pieces of
-        WORK_PIECE elements (callables for await_server; dc's deltas whole,
-        each with its mean square)."""
+        (of `replies`, earlier turns') copied into w_k, in work pieces
+        (callables for await_server; dc's deltas whole, each with its mean
+        square)."""
         if self.staleness_compensation == "dc":
             work = [functools.partial(self._form, range(self.servers))]
         else:
             work = [functools.partial(self._subtract, a, b)
                     for s in range(self.servers) if not self.formed[s]
-                    for a, b in _cut(*self.shards[s])]
+                    for a, b in work_pieces(*self.shards[s])]
             self.formed = [True] * self.servers
-        for s, reply in replies:
-            if not self.taken[s] and reply.test():
-                work += [functools.partial(self._take, a, b) for a, b in _cut(*self.shards[s])]
-                self.taken[s] = True
-        return work
+        return work + self.pulled_work(replies)
 
     def _form(self, shards, mean_squares=True):
         """delta <- w_k - w_prev on `shards` not formed yet (dc: and each
@@ -290,33 +282,6 @@ class Asgd(ServerWorker):
         return mpi.Request([self.comm.Isend([self.mean_squares[s:s + 1], MPI.DOUBLE], dest=s,
                                             tag=TAG_MODEL)])
 
-    def landing(self, replies):
-        """w_k <- x a piece at a time as the last replies land, so what
-        is left to copy once the last one is in is a piece, not a shard
-        (FINDINGS, "The last reply taken as it lands"). Pieces from one
-        server land in order (MPI matches them in order); a staged reply
-        lands whole, at its stage-in, and after_pull takes it."""
-        landing = {s: (reply.requests, self.previous_parts[s].pieces(), [0])
-                   for s, reply in replies if not self.taken[s]
-                   and self.previous_parts[s].direct and len(reply.requests) > 1}
-        for s in landing:       # await_server's last poll, all in, takes the rest
-            self.taken[s] = True
-
-        def take_landed():
-            for s, (requests, bounds, next_) in landing.items():
-                base, j = self.shards[s][0], next_[0]
-                while j < len(requests) and requests[j].Test():
-                    self._take(base + bounds[j][0], base + bounds[j][1])
-                    j += 1
-                next_[0] = j
-        return take_landed if landing else None
-
-    def after_pull(self):
-        for s in range(self.servers):                                    # w_k <- x
-            if not self.taken[s]:
-                self._take(*self.shards[s])
-        self.taken = [True] * self.servers
-
     def state_dict(self):
         state = {"w_prev": host_copy(self.previous.data)}
         if self.push is not None:
@@ -329,7 +294,3 @@ class Asgd(ServerWorker):
             saved = state.get("residual_worker")
             ok = saved is not None and np.shape(saved) == self.push.residual.shape
             self.push.residual[...] = saved if ok else 0
-
-
-def _cut(lo, hi):
-    return [(a, min(a + WORK_PIECE, hi)) for a in range(lo, hi, WORK_PIECE)]

@@ -93,7 +93,8 @@ class Easgd(ServerWorker):
         super().initialized()
         self.center = self.buffer.like()        # x, as received (every shard)
         self.model_parts = self.shard_parts(self.exchange)
-        self.center_parts = self.shard_parts(mpi.Exchange(self.comm, self.center))
+        self.center_parts = self.pull_parts = self.shard_parts(mpi.Exchange(self.comm,
+                                                                           self.center))
         self.flight = overlap.Flight(self.overlap, self.exchange.spans_hosts())
 
     def send_and_receive(self, n_k):
@@ -120,7 +121,7 @@ class Easgd(ServerWorker):
         # one message each way per shard
         sends = [(s, self.model_parts[s].isend(s)) for s in servers]
         receives = [(s, self.center_parts[s].irecv(s)) for s in servers]
-        return receives, sends, ()
+        return receives, sends, self.pulled_work(replies)
 
-    def after_pull(self):
-        kernels.lerp(self.buffer.data, self.center.data, self.alpha)  # w_k -= alpha (w_k - x)
+    def pulled(self, lo, hi):                               # w_k -= alpha (w_k - x)
+        kernels.lerp(self.buffer.data[lo:hi], self.center.data[lo:hi], self.alpha)

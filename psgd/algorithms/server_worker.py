@@ -36,6 +36,15 @@ from .server_options import refuse_survival_with_shards
 from .waiting import Waiter
 
 NO_NOTICE = -1      # a notice slot not yet written
+# The worker's work under a transfer goes in pieces of this many elements,
+# MPI polled between them: a pass over 2 MB takes well under the 4 ms that
+# even 256 KiB socket buffers (512 KB) last at 1 Gb/s (psgd/_tcp_buffers.py).
+WORK_PIECE = 2 ** 19
+
+
+def work_pieces(lo, hi):
+    """[lo, hi) cut into [(a, b)] of at most WORK_PIECE elements."""
+    return [(a, min(a + WORK_PIECE, hi)) for a in range(lo, hi, WORK_PIECE)]
 
 
 def _server_may_die(method):
@@ -55,10 +64,12 @@ def _server_may_die(method):
 class ServerWorker(Algorithm):
     """Ranks S..P-1 of a server algorithm. Subclasses implement
     exchange_with_server(): the model traffic after the control message,
-    waiting through await_server() so a failure notice can interrupt it."""
+    waiting through await_server() so a failure notice can interrupt it;
+    and pulled(): the worker's step from the x received into pull_parts."""
 
     server_based = True
     server = None   # the Server subclass rank 0 runs
+    pull_parts = None   # [Exchange part of shard s] the pulled x is received into
 
     @classmethod
     def for_rank(cls, rank, servers=1):
@@ -163,6 +174,7 @@ class ServerWorker(Algorithm):
         """A sync's messages, after before_push(): control and model to each
         turn's servers, then after_pull()."""
         turns = self.turns()
+        self.taken = [False] * self.servers     # shards whose pulled() has run
         # in turns, each waits for READY, and a turn's push goes as soon as
         # the last one's has gone and its server is ready, while earlier
         # turns' replies still come in (module docstring)
@@ -201,18 +213,56 @@ class ServerWorker(Algorithm):
         (server, receive) of the earlier turns, in or still coming in."""
         raise NotImplementedError
 
+    def pulled(self, lo, hi):
+        """The worker's step from the x it pulled, on elements [lo, hi)."""
+        raise NotImplementedError
+
+    def pulled_work(self, replies):
+        """pulled() on the shards whose reply (of `replies`, earlier turns')
+        is in, as work pieces run under a later turn's transfer."""
+        work = []
+        for s, reply in replies:
+            if not self.taken[s] and reply.test():
+                work += [functools.partial(self.pulled, a, b)
+                         for a, b in work_pieces(*self.shards[s])]
+                self.taken[s] = True
+        return work
+
     def landing(self, replies):
-        """A callable polled while `replies` ((server, receive) pairs) come
-        in, doing the work of what has landed so far, or None."""
-        return None
+        """pulled() a piece at a time as the last replies land, so what is
+        left once the last one is in is a piece, not a shard (FINDINGS, "The
+        last reply taken as it lands"): a callable for await_server's poll,
+        or None. Pieces from one server land in order (MPI matches them in
+        order); a staged reply lands whole, at its stage-in, and after_pull
+        takes it."""
+        landing = {s: (reply.requests, self.pull_parts[s].pieces(), [0])
+                   for s, reply in replies if not self.taken[s]
+                   and self.pull_parts[s].direct and len(reply.requests) > 1}
+        for s in landing:       # await_server's last poll, all in, takes the rest
+            self.taken[s] = True
+
+        def take_landed():      # what landed since the last poll, in one call
+            for s, (requests, bounds, next_) in landing.items():
+                first = j = next_[0]
+                while j < len(requests) and requests[j].Test():
+                    j += 1
+                if j > first:
+                    base = self.shards[s][0]
+                    self.pulled(base + bounds[first][0], base + bounds[j - 1][1])
+                next_[0] = j
+        return take_landed if landing else None
+
+    def after_pull(self):
+        """pulled() on every shard not taken yet, once every reply is in."""
+        for s in range(self.servers):
+            if not self.taken[s]:
+                self.pulled(*self.shards[s])
+        self.taken = [True] * self.servers
 
     def land(self, before_sync=True):
         """Finish the exchange the last sync left in flight, if it did
         (easgd's overlap.py): before the next sync (before_sync), stop, or
         exit."""
-
-    def after_pull(self):
-        """This worker's work once every shard has come back."""
 
     def _reset_problem(self):
         if self.in_round:

@@ -97,44 +97,59 @@ def test_shards_in_pieces(comm, name):
 @pytest.mark.parametrize("servers", [2, 3])
 def test_the_work_under_a_turn_in_small_pieces(comm, monkeypatch, servers, work_piece):
     """The other turns' deltas and the pulled shards copied into w_k, run
-    between polls in pieces of `work_piece` elements (asgd.WORK_PIECE), and
+    between polls in pieces of `work_piece` elements (WORK_PIECE), and
     the first turn's delta formed piece by piece as it is sent: the replay
     holds at every piece boundary."""
     if comm.size < servers + 1:
         pytest.skip("%d servers need %d ranks" % (servers, servers + 1))
-    from psgd.algorithms import asgd
+    from psgd.algorithms import server_worker
     from shard_plans import check_sharded_replay
-    monkeypatch.setattr(asgd, "WORK_PIECE", work_piece)
+    monkeypatch.setattr(server_worker, "WORK_PIECE", work_piece)
     with Pieces(5):
         check_sharded_replay(comm, "asgd", REPLAYS["asgd"], servers)
 
 
-@pytest.mark.parametrize("name", ["asgd", "masgd"])
+@pytest.mark.parametrize("name", ["asgd", "masgd", "easgd"])
 def test_a_reply_taken_piece_by_piece_as_it_lands(comm, monkeypatch, name):
-    """The last turn's reply is copied into w_k a piece at a time as it
-    lands (Asgd.landing). Servers that send each reply piece 3 ms after
+    """The last turn's reply goes into w_k a piece at a time as it lands
+    (ServerWorker.landing; easgd's pieces are forced here, it sends one
+    message within a host). Servers that send each reply piece 3 ms after
     the last make the worker's final wait find replies partly in: the
     replay holds, and some final wait took its pieces in several polls."""
     if comm.size < 3:
         pytest.skip("two servers need three ranks")
     import time
-    from psgd.algorithms import asgd
+    from psgd import pieces
+    from psgd.algorithms import server_worker
     from shard_plans import check_sharded_replay
     waits = []      # per final wait: the pieces each poll took
+    if name == "easgd":
+        def two(exchange, *args, **kwargs):
+            exchange.spans_hosts()      # collective: every rank asks, as the real one does
+            return 2
+        monkeypatch.setattr(pieces, "algorithm_piece", two)
     if comm.rank < 2:
-        send = mpi.Exchange.isend_part
+        send, sendrecv = mpi.Exchange.isend_part, mpi.Sendrecv
 
         def trickle(exchange, *args, **kwargs):
             time.sleep(0.003)
             return send(exchange, *args, **kwargs)
+
+        def trickle_both(comm_, send_, receive, peer, tag, step):
+            for lo, hi in mpi._chunks(send_.size, step):
+                time.sleep(0.003)
+                sendrecv(comm_, send_[lo:hi], receive[lo:hi], peer, tag, step)
         monkeypatch.setattr(mpi.Exchange, "isend_part", trickle)
+        monkeypatch.setattr(mpi, "Sendrecv", trickle_both)
     else:
-        take, landing = asgd.Asgd._take, asgd.Asgd.landing
+        from psgd.algorithms.base import REGISTRY
+        cls = REGISTRY[name]
+        pulled, landing = cls.pulled, server_worker.ServerWorker.landing
 
         def counted(obj, lo, hi):
             if waits:
                 waits[-1][-1] += 1
-            take(obj, lo, hi)
+            pulled(obj, lo, hi)
 
         def polls_counted(obj, replies):
             take_landed = landing(obj, replies)
@@ -146,8 +161,8 @@ def test_a_reply_taken_piece_by_piece_as_it_lands(comm, monkeypatch, name):
                 waits[-1].append(0)
                 take_landed()
             return poll
-        monkeypatch.setattr(asgd.Asgd, "_take", counted)
-        monkeypatch.setattr(asgd.Asgd, "landing", polls_counted)
+        monkeypatch.setattr(cls, "pulled", counted)
+        monkeypatch.setattr(server_worker.ServerWorker, "landing", polls_counted)
     with Pieces(2):
         check_sharded_replay(comm, name, REPLAYS[name], 2, **OPTIONS[name])
     partly_in = sum(len([n for n in polls if n]) > 1 for polls in waits)
