@@ -119,10 +119,6 @@ class Algorithm(mpi.Closeable):
     def initialized(self):
         """Called once rank 0's model has reached every rank: allocate the
         algorithm's state (subclasses), then start it."""
-        # the loops load here (~0.5 s), not in the first large update: a
-        # server algorithm's worker would load them inside a turn, holding a
-        # server that the other workers wait for
-        kernels.load_loops(self.buffer.data)
         self.restart()
 
     def restart(self):
