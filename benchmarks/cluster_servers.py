@@ -135,7 +135,9 @@ def report(runs):
           "posted at once, the server's receives %d pieces ahead of the one it serves; "
           "easgd's server answers with blocking Sendrecvs of %s KiB (eager) pieces "
           "(psgd/pieces.py, benchmarks/FINDINGS.md), its workers in line (overlap "
-          "never: with no compute between syncs there is nothing to hide)." % (
+          "never: with no compute between syncs there is nothing to hide). With S > 1 "
+          "a worker meets its servers in turns, each turn's push after its server's READY, "
+          "and takes the pulled shards into its model as they land (docs/protocol.md)." % (
               TARGET, "{:,}".format(pieces.ACROSS_HOSTS_PIECE), pieces.RECEIVES_AHEAD,
               pieces.EAGER_PIECE_BYTES >> 10),
           "",
