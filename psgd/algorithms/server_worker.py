@@ -229,10 +229,10 @@ class ServerWorker(Algorithm):
         return work
 
     def landing(self, replies):
-        """pulled() a piece at a time as the last replies land, so what is
-        left once the last one is in is a piece, not a shard (FINDINGS, "The
-        last reply taken as it lands"): a callable for await_server's poll,
-        or None. Pieces from one server land in order (MPI matches them in
+        """pulled() on the last replies as they land, each poll on what
+        landed since the last, so what is left once the last one is in is a
+        piece, not a shard (FINDINGS, "The last reply taken as it lands"): a
+        callable for await_server's poll, or None. Pieces from one server land in order (MPI matches them in
         order); a staged reply lands whole, at its stage-in, and after_pull
         takes it."""
         landing = {s: (reply.requests, self.pull_parts[s].pieces(), [0])
