@@ -7,19 +7,15 @@ servers keep one service order (asgd/masgd's barrier) a sync's control
 message goes to every server and all shards travel at once. Otherwise
 worker k trades its shards in turns, shard (k + j) mod S in turn j, and
 sends each server its control message when that server's turn comes: the
-workers then talk to different servers at any moment. All at once, every
-server tended to pick the same worker first (the first control message to
-arrive) and the other workers' links sat idle (asgd, 1e7 parameters, one
-rank per namespace host at 1 Gb/s, quiet machine: S = N = 2 moved 0.58 of
-what the links allow at once and 0.78-0.84 in turns, S = N = 3 0.55 and
-0.70-0.72; benchmarks/FINDINGS.md). A worker's turn asks for READY
-(MSG_SYNC_WHEN_READY) and pushes once it has come, and its next
-turn begins as soon as the push has gone, while the reply still comes in:
-the next server's link then starts when that server is free, not when this
-worker's last reply has drained, and an eager push never lands on a server
-still receiving another's (S = 2 0.80-0.81 -> 0.84-0.85, S = 3 0.68-0.73
--> 0.77-0.80, kernel socket buffers; easgd S = 2 0.80 -> 0.83; FINDINGS,
-"Turns that wait for READY" and "easgd's turns wait for READY")."""
+workers then talk to different servers at any moment (all at once, every
+server tended to pick the same worker first and the other workers' links
+sat idle). A turn asks for READY (MSG_SYNC_WHEN_READY) and pushes once it
+has come, and the next turn begins as soon as the push has gone, while the
+reply still comes in: the next server's link then starts when that server
+is free, not when this worker's last reply has drained, and an eager push
+never lands on a server still receiving another's. The measurements are
+in benchmarks/FINDINGS.md ("Across hosts: the cluster regime" for the
+turns, "Turns that wait for READY" and the sections after it)."""
 import functools
 
 import numpy as np
