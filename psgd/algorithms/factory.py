@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from .. import agreement, kernels, mpi, nccl, settings
+from .. import agreement, mpi, nccl, settings
 from ..backend import array_module, off_device
 from ..buffers import FlatBuffer
 from ..errors import UsageError
@@ -115,10 +115,6 @@ def create(name, params, comm=None, grads=None, stats=None, servers=None, exchan
     obj.exchange.bcast(mpi.MAIN_RANK)
     if obj.stat_exchange is not None:
         obj.stat_exchange.bcast(mpi.MAIN_RANK)
-    # the compiled loops load now (~0.5 s), not in the first large update: a
-    # server algorithm's worker would load them inside a turn, holding a
-    # server the other workers wait for
-    kernels.load_loops(obj.buffer.data)
     obj.initialized()
     if timeline is not None:
         obj.tracing = tracing.Tracing(comm, timeline, servers if cls.server_based else 0)

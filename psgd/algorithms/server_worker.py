@@ -21,7 +21,7 @@ import functools
 import numpy as np
 from mpi4py import MPI
 
-from .. import mpi, pieces, trace, ulfm
+from .. import kernels, mpi, pieces, trace, ulfm
 from ..buffers import shard_bounds
 from ..errors import ProtocolError, ServerDiedError, UsageError
 from ..protocol import (MSG_FINISHED, MSG_SYNC, MSG_SYNC_WHEN_READY, NOTICE_DONE, TAG_MSG,
@@ -88,6 +88,8 @@ class ServerWorker(Algorithm):
         self.in_round = False           # synced since the last stop()
         self.failure = None
         self._waiter = Waiter(self.poll_max_sleep, anticipate=False)
+        if self.servers > 1:    # not in a turn's pulled(), holding a server others wait for
+            kernels.load_loops(self.buffer.data)
         super().initialized()
 
     @_server_may_die

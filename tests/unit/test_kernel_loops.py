@@ -87,18 +87,3 @@ def test_device_arrays_take_the_kernels_own_path(setting, sim):
     kernels.bmuf_contribution(*host, 0.5, 0.25)
     for d, h in zip(device, host):
         assert d.get().tobytes() == h.tobytes()
-
-
-def test_an_algorithm_on_a_large_buffer_loads_the_loops_at_create(setting, monkeypatch):
-    """At create, not in the first large update: a server algorithm's
-    worker would load them inside a turn, a server waiting on it."""
-    import psgd
-    from mpi4py import MPI
-    setting("PSGD_ACCEL", "auto")
-    loads = []
-    monkeypatch.setattr(kernel_loops.LOOPS, "compiled", None)
-    monkeypatch.setattr(kernel_loops.LOOPS, "_compile", lambda: loads.append(1) or False)
-    psgd.create("bsp", [np.zeros(jit.MIN_SIZE - 1, np.float32)], comm=MPI.COMM_SELF).close()
-    assert loads == []
-    psgd.create("bsp", [np.zeros(jit.MIN_SIZE, np.float32)], comm=MPI.COMM_SELF).close()
-    assert loads == [1]

@@ -313,3 +313,21 @@ def test_workers_meet_their_servers_in_turns(comm, name, options, at_once, messa
     assert len(syncs) % len(turns) == 0 and syncs == turns * (len(syncs) // len(turns)), syncs
     assert [servers for sent_message, servers in sent
             if sent_message == protocol.MSG_FINISHED] == [None]
+
+
+@pytest.mark.parametrize("size", [0, 1])
+def test_a_sharded_worker_loads_the_compiled_loops_at_create(comm, monkeypatch, setting, size):
+    """Not in its first large pulled() (easgd's lerp), inside a turn while
+    the other workers wait for that server; a buffer too small for the
+    loops (jit.MIN_SIZE) never loads them."""
+    S = servers_or_skip(comm, 2)
+    from psgd import jit, kernel_loops
+    setting("PSGD_ACCEL", "auto")
+    loads = []
+    monkeypatch.setattr(kernel_loops.LOOPS, "compiled", None)
+    monkeypatch.setattr(kernel_loops.LOOPS, "_compile", lambda: loads.append(1) or False)
+    obj = psgd.create("easgd", [np.zeros(jit.MIN_SIZE - 1 + size, np.float32)], comm=comm,
+                      servers=S)
+    loaded = list(loads)
+    obj.run() if obj.role == "server" else obj.stop()
+    assert loaded == ([1] if obj.role != "server" and size else [])
