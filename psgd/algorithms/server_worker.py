@@ -230,9 +230,9 @@ class ServerWorker(Algorithm):
         """pulled() on the last replies as they land, each poll on what
         landed since the last, so what is left once the last one is in is a
         piece, not a shard (FINDINGS, "The last reply taken as it lands"): a
-        callable for await_server's poll, or None. Pieces from one server land in order (MPI matches them in
-        order); a staged reply lands whole, at its stage-in, and after_pull
-        takes it."""
+        callable for await_server's poll, or None. Pieces from one server
+        land in order (MPI matches them in order); a staged reply lands
+        whole, at its stage-in, and after_pull takes it."""
         landing = {s: (reply.requests, self.pull_parts[s].pieces(), [0])
                    for s, reply in replies if not self.taken[s]
                    and self.pull_parts[s].direct and len(reply.requests) > 1}
