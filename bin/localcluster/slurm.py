@@ -1,7 +1,8 @@
 """A real SLURM on the cluster (`up H --slurm`): munged and slurmctld on a
 controller host of its own (munged's socket is a file every host sees),
 one slurmd per host, all with SLURM's own defaults where a site would have
-them (MpiDefault=none among them) and nothing written outside the cluster's
+them (MpiDefault=none among them; not MinJobAge, short so that `sbatch
+--wait` returns as the job ends) and nothing written outside the cluster's
 state folder. Every daemon lives in a host and dies with it (its PID 1
 reaps them). SLURM's commands run on h0, the login node."""
 import os
@@ -39,7 +40,7 @@ def write_conf(state):
     nodes = "\n".join("NodeName=%s NodeAddr=%s CPUs=%d State=UNKNOWN" % (
         h["name"], h["addr"], os.cpu_count() or 1) for h in state["hosts"])
     ctl = state["controller"]
-    conf = """# written by psgd-local-cluster up --slurm: SLURM's defaults but for paths
+    conf = """# written by psgd-local-cluster up --slurm: SLURM's defaults but paths, MinJobAge
 ClusterName=psgdlocal
 SlurmctldHost={ctl}({ctl_addr})
 AuthType=auth/munge
@@ -61,6 +62,9 @@ SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2
+# sbatch --wait polls every 2 s while that is under half MinJobAge, else
+# 2, 8, then 32 s: with SLURM's 300 a job that ends at 11 s returns at 42
+MinJobAge=4
 SlurmdParameters=config_overrides
 {nodes}
 PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP
