@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(240)
 
 STALL_S = 3
 TRAIN = ["-m", "psgd.worker", "--algo", "bmuf", "--model", "mlp", "--hidden", "256",
-         "--epochs", "40", "--checkpoint-dir", "ck", "--quiet"]
+         "--epochs", "30", "--checkpoint-dir", "ck", "--quiet"]
 WATCH = ["--stall-timeout", str(STALL_S), "--stall-abort"]
 # Rank 0 names a silent host after STALL_S (and up to two heartbeats, every
 # STALL_S / 4, for the rest of its ranks) and aborts; ranks cut off from
@@ -43,7 +43,7 @@ def start(cluster, workdir, flags, per_host=2, np_=4):
     return job, out, err
 
 
-def wait_for_checkpoint(job, workdir, epochs=15, timeout=60):
+def wait_for_checkpoint(job, workdir, epochs=10, timeout=60):
     """Once epoch `epochs` is checkpointed (LATEST names it)."""
     latest = workdir / "ck" / "LATEST"
     deadline = time.time() + timeout
@@ -188,18 +188,22 @@ def test_a_slow_host_is_named_and_the_job_goes_on(workdir):
     cluster = Cluster(3, "1gbit")
     try:
         train = ["-m", "psgd.worker", "--algo", "bmuf", "--model", "mlp", "--hidden",
-                 "1024,1024", "--epochs", "14", "--quiet", "--stall-timeout", "2"]
+                 "1024,1024", "--epochs", "6", "--stall-timeout", "2"]
         cmd = cluster.mpirun_command(1, 4, train)
         # rank 0 and its deputy on h0, a rank on each of h1 and h2
         hosts = cmd.index("-hosts") if "-hosts" in cmd else cmd.index("--host")
         cmd[hosts + 1] = "h0:2,h1:1,h2:1"
-        with open(workdir / "err.txt", "w") as err:
-            job = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err,
+        with open(workdir / "out.txt", "w") as out, open(workdir / "err.txt", "w") as err:
+            job = subprocess.Popen(cmd, stdout=out, stderr=err,
                                    env=cluster.job_env(), cwd=str(workdir),
                                    stdin=subprocess.DEVNULL, start_new_session=True)
             try:
-                time.sleep(6)
-                assert job.poll() is None
+                # slowed in the second of six epochs: syncs are under way
+                deadline = time.time() + 60
+                while "epoch 1/6:" not in (workdir / "out.txt").read_text():
+                    assert job.poll() is None and time.time() < deadline, \
+                        (workdir / "err.txt").read_text()[-3000:]
+                    time.sleep(0.05)
                 slowed = time.time()
                 cluster.slow("h1", "10mbit")
                 while time.time() - slowed < 30 and "slow link" not in \

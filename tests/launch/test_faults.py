@@ -363,6 +363,8 @@ def test_uneven_mnist1d_shards(tmp_path, algo):
 
 
 # Files are only read ------------------------------------------------------------
+# a check before any message, the same under either MPI library (one_mpi)
+@pytest.mark.one_mpi
 @pytest.mark.timeout(60)
 def test_a_pickled_init_model_is_refused(tmp_path):
     evil = str(tmp_path / "evil.npz")

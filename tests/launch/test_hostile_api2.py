@@ -60,6 +60,8 @@ def test_1_reset_to_during_a_round_fails_on_that_worker_before_any_collective(al
 
 
 # 2 ----------------------------------------------------------------------------------
+# what psgd adopts or copies, the same under either MPI library
+@pytest.mark.one_mpi
 def test_2_read_only_slices_of_one_array_are_copied_not_broadcast_into():
     # without the hook: the lifecycle's own guard is all a plain script has
     result = job(2, """
@@ -113,6 +115,8 @@ if kind == "shared-memory":
 """
 
 
+# what psgd adopts or copies, the same under either MPI library
+@pytest.mark.one_mpi
 @pytest.mark.parametrize("kind,adopted", [("memmap", True), ("bytearray", True),
                                           ("ctypes", True), ("shared-memory", True),
                                           ("tensor.numpy()", True), ("memmap-whole", False)])
@@ -220,6 +224,8 @@ def test_16_a_healthy_watched_job_finishes():
 
 
 # 24 ---------------------------------------------------------------------------------
+# a check before any message, the same under either MPI library (one_mpi)
+@pytest.mark.one_mpi
 @pytest.mark.parametrize("algo", ["easgd", "asgd", "masgd"])
 def test_24_stats_with_a_server_algorithm_is_refused(algo):
     result = job(2, """
@@ -267,6 +273,8 @@ def test_25_reset_to_with_what_is_no_model_is_a_psgd_error(params, needle):
     assert "rank 0 failed" not in result.stderr
 
 
+# a check before any message, the same under either MPI library (one_mpi)
+@pytest.mark.one_mpi
 @pytest.mark.parametrize("comm,needle", [
     ('"world"', "comm must be an MPI communicator (mpi4py), got str"),
     ("MPI.COMM_NULL", "comm is MPI.COMM_NULL"),
@@ -281,6 +289,8 @@ def test_25_a_bad_communicator_is_a_psgd_error(comm, needle):
     assert_clean_failure(result, needle)
 
 
+# a check before any message, the same under either MPI library (one_mpi)
+@pytest.mark.one_mpi
 def test_25_torch_tensors_as_params_are_a_psgd_error():
     pytest.importorskip("torch")
     result = job(2, """

@@ -28,6 +28,8 @@ def single_process(path):
     return net, arrays
 
 
+# numerics and files, the same under either MPI library
+@pytest.mark.one_mpi
 def test_saved_model_loads_in_one_process_with_the_reported_accuracy(tmp_path):
     out, metrics = str(tmp_path / "m.npz"), str(tmp_path / "m.jsonl")
     r = psgd_train(2, *QUICK, "--epochs", "1", "--out", out, "--metrics", metrics)
@@ -67,6 +69,8 @@ def test_resume_gives_the_uninterrupted_model(tmp_path):
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
 
 
+# a check before any message, the same under either MPI library (one_mpi)
+@pytest.mark.one_mpi
 def test_a_minibatch_the_ranks_cannot_split_is_one_line_naming_the_largest_n():
     r = psgd_train(2, *QUICK, "--epochs", "1", "--minibatch-size", "33")
     assert_clean_failure(r, "the global minibatch (33) to be multiples of 2: at most 1 rank")

@@ -53,6 +53,8 @@ def test_server_algorithm_on_one_process():
                      "mpirun -np 2 or more (got 1 process)"], proc.stderr
 
 
+# a check before any message, the same under either MPI library (one_mpi)
+@pytest.mark.one_mpi
 @pytest.mark.parametrize("name,option,match", [
     ("easgd", "alpha=1.5", "option alpha=1.5: must satisfy 0 < alpha <= 1"),
     ("masgd", "momentum=1.0", "option momentum=1.0: must satisfy 0 <= momentum < 1"),

@@ -124,6 +124,8 @@ def test_cli_with_two_servers(tmp_path, algo, flags):
     assert weights and all(np.isfinite(w).all() for w in weights)
 
 
+# a check before any message, the same under either MPI library (one_mpi)
+@pytest.mark.one_mpi
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("flags,np_,needle", [
     (["--algo", "bsp", "--servers", "2"], 3, "--servers applies to --algo easgd, asgd and masgd"),
