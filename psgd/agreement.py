@@ -2,17 +2,23 @@
 one (agree), layouts are the same on every rank (check_same), and an uncaught
 exception ends the whole job with one line instead of hanging it
 (abort_on_error). Only int64 flags, hashes and UTF-8 text cross the wire."""
+import array
+import fcntl
 import hashlib
 import json
 import os
+import stat
 import sys
+import termios
 import time
 
 import numpy as np
 from mpi4py import MPI
 
 from . import settings
-from .errors import CollectiveError, CollectiveUsageError, ServerDiedError, UsageError
+from .errors import (Collective, CollectiveError, CollectiveUsageError, ServerDiedError,
+                     UsageError)
+from .protocol import TAG_SAID
 
 
 # Agreement: errors and layouts -------------------------------------------------
@@ -99,7 +105,9 @@ def first_difference(a, b, path=""):
 
 
 # Abort on error ----------------------------------------------------------------
-ABORT_GRACE = 1.0  # seconds
+ABORT_GRACE = 1.0   # seconds: the most a failing rank waits before it ends the job
+FORWARDED = 0.05    # seconds: a line read on another host reaching the launcher
+_SAID = np.ones(1, dtype=np.int64)
 
 
 def abort_on_error(comm=None):
@@ -120,22 +128,73 @@ def abort_on_error(comm=None):
             if settings.get("PSGD_TRACEBACK"):
                 previous(kind, value, tb)
             sys.stderr.write("psgd: rank %d failed: %s: %s\n" % (comm.rank, kind.__name__, value))
-        abort(1, comm)
+        abort(1, comm, everyone=issubclass(kind, Collective))
 
     sys.excepthook = hook
     return hook
 
 
-def abort(code, comm=None):
-    """End the whole job with exit status `code` after this rank's last line
-    has had time to reach the launcher."""
-    sys.stderr.flush()
+def abort(code, comm=None, everyone=False):
+    """End the whole job with exit status `code` once this rank's last line
+    has reached the launcher. everyone: every rank of `comm` raised the same
+    error and ends through here; rank 0 then ends the job as soon as every
+    rank's line is out, not after the whole ABORT_GRACE."""
+    comm = comm if comm is not None else MPI.COMM_WORLD
+    deadline = time.monotonic() + ABORT_GRACE
     # The launcher forwards a rank's output asynchronously: an immediate
-    # MPI_Abort lost this rank's own line on a loaded machine. A collective
-    # error (raised on every rank) also gives the rank that knows why the
-    # moment to say it before this rank's Abort takes the job down.
-    time.sleep(ABORT_GRACE)
-    (comm if comm is not None else MPI.COMM_WORLD).Abort(code)
+    # MPI_Abort lost this rank's own line on a loaded machine. Where every
+    # rank fails, the rank that knows why must also have said it before
+    # another rank's Abort takes the job down.
+    if _line_out(deadline) and everyone and _every_line_out(comm, deadline):
+        time.sleep(FORWARDED)
+        comm.Abort(code)
+    time.sleep(max(0.0, deadline - time.monotonic()))
+    comm.Abort(code)
+
+
+def _line_out(deadline):
+    """Wait (until `deadline`) for this rank's stderr to be read by whoever
+    reads it: a pipe (the launcher's, on this host) is empty, a file or a
+    terminal takes a write at once. False where that cannot be known."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    try:
+        fd = sys.stderr.fileno()
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISFIFO(mode):
+            return stat.S_ISREG(mode) or stat.S_ISCHR(mode)
+        unread = array.array("i", [0])
+        while time.monotonic() < deadline:
+            fcntl.ioctl(fd, termios.FIONREAD, unread)
+            if unread[0] == 0:
+                return True
+            time.sleep(0.002)
+    except (OSError, ValueError, AttributeError):
+        pass
+    return False
+
+
+def _every_line_out(comm, deadline):
+    """Rank 0: whether every other rank said (TAG_SAID) that its line is
+    out, by `deadline`. The others say so and return False: they wait out
+    the grace, and rank 0's Abort ends them first."""
+    try:
+        if comm.rank != 0:
+            comm.Isend([_SAID, MPI.INT64_T], dest=0, tag=TAG_SAID)
+            return False
+        said = np.zeros(comm.size, dtype=np.int64)
+        requests = [comm.Irecv([said[r:r + 1], MPI.INT64_T], source=r, tag=TAG_SAID)
+                    for r in range(1, comm.size)]
+        while time.monotonic() < deadline:
+            if MPI.Request.Testall(requests):
+                return True
+            time.sleep(0.002)
+    except MPI.Exception:
+        pass
+    return False
 
 
 def end(code):

@@ -17,6 +17,10 @@ TAG_READY = 5      # server -> worker: one byte, the answer to MSG_SYNC_WHEN_REA
 # Tag on the stall watchdog's own communicator: int64 status rows.
 TAG_WATCHDOG = 7
 
+# Tag on the communicator abort_on_error watches (COMM_WORLD unless told):
+# rank -> rank 0, int64 [1], "my line is out" (agreement.abort).
+TAG_SAID = 8
+
 # Control messages (TAG_MSG): [message, n_k]; FINISHED carries n_k = 0.
 MSG_SYNC = 0
 MSG_FINISHED = 1
