@@ -59,7 +59,8 @@ def test_the_worker_behind_a_slow_link_takes_less_of_each_epoch(workdir, shares)
 @pytest.mark.one_mpi
 def test_asgd_divides_by_the_workers_summed_pace(workdir):
     """The trainer's asgd mean: from the second epoch 1/N_eff, with the
-    worker behind h2's slow link counted by its rate (N_eff < N = 3)."""
+    worker behind h2's slow link counted by its rate (N_eff = sum of the
+    rates over their median, N = 3)."""
     skip_without_cluster()
     cluster = Cluster(4, "1gbit")
     try:
@@ -67,17 +68,29 @@ def test_asgd_divides_by_the_workers_summed_pace(workdir):
         train = ["-m", "psgd.worker", "--algo", "asgd", "--model", "mlp", "--hidden", "1024",
                  "--num-samples", "2000", "--epochs", "3"]
         result = cluster.mpirun(1, 4, train, timeout=240, cwd=str(workdir))
+        out = (result.stdout + result.stderr)[-3000:]
         assert result.returncode == 0, result.stderr[-3000:]
-        gains = re.findall(r"epoch (\d): asgd's gain on a delta 1/([\d.]+) \(the workers' "
-                           r"summed pace\)", result.stdout + result.stderr)
-        # epoch 2 reads the equal first epoch, where all of h2's shard
-        # crossed its link; epoch 3 reads a share of about 100 examples
-        # that syncs once, so its pace swings (FINDINGS has the readings),
-        # and a pace within 5% of N is not logged (data_parallel.PACE_NOTED)
-        # (a run of 2026-12-02 gave h2 8 examples in epoch 3, and the
-        # summed pace it read came within 5% of N: no line)
-        assert [int(e) for e, _ in gains][:1] == [2], (result.stdout + result.stderr)[-3000:]
-        assert 1.0 < float(gains[0][1]) < 2.6, gains
-        assert all(float(g) > 1.0 for e, g in gains[1:]), gains
+        gains = {int(e): float(g) for e, g in re.findall(
+            r"epoch (\d): asgd's gain on a delta 1/([\d.]+) \(the workers' summed pace\)",
+            result.stdout + result.stderr)}
+        shares = re.findall(r"epoch (\d): work shares by speed, examples per worker "
+                            r"(\d+)/(\d+)/(\d+) \(rank (\d) slowest\)", result.stdout)
+        # epoch 2's shares come from the equal first epoch, where all of h2's
+        # shard crossed its link: h2's worker is the slowest
+        assert [(int(e), int(slowest)) for e, _, _, _, slowest in shares][:1] == [(2, 2)], out
+        for e, one, two, three, _ in shares:
+            # the shares are the rates' split of the epoch (to the example):
+            # the N_eff they give is the gain's to a few parts in 1000. The
+            # two fast workers share two cores with the server and h2's, so
+            # their rates differ by up to 2x, and N_eff may come within
+            # PACE_NOTED (5%) of N, where no line is logged (FINDINGS has the
+            # readings)
+            rates = sorted(int(x) for x in (one, two, three))
+            n_eff = sum(rates) / rates[1]
+            if abs(n_eff - 3) > 0.18:
+                assert int(e) in gains and abs(gains[int(e)] - n_eff) < 0.02 * n_eff, (
+                    e, n_eff, gains, out)
+            elif abs(n_eff - 3) < 0.12:
+                assert int(e) not in gains, (e, n_eff, gains, out)
     finally:
         cluster.down()
