@@ -87,7 +87,7 @@ UNIT_OMPI := tests/unit/test_cuda_aware_detection.py tests/unit/test_simcupy.py 
 # scripts, the torch example) check what does not depend on the MPI library,
 # and run under MPICH only: at ~1 s more per mpirun under Open MPI they
 # would add 2-3 minutes to CI. So do a parametrized job's other cases
-# (--first-case-only, tests/conftest.py): about 80 jobs, 3 more minutes.
+# (--first-case-only, tests/conftest.py): about 65 jobs, 4-5 more minutes.
 test-openmpi: $(VENV_OMPI)/.installed
 	OMP_NUM_THREADS=1 $(OMPI_ENV) $(PY_OMPI) -m pytest -q $(UNIT_OMPI)
 	OMP_NUM_THREADS=1 $(OMPI_ENV) $(PY_OMPI) -m pytest -q -m 'not one_mpi' --first-case-only \
