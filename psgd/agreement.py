@@ -154,8 +154,9 @@ def abort(code, comm=None, everyone=False):
 
 def _line_out(deadline):
     """Wait (until `deadline`) for this rank's stderr to be read by whoever
-    reads it: a pipe (the launcher's, on this host) is empty, a file or a
-    terminal takes a write at once. False where that cannot be known."""
+    reads it: a pipe (the launcher's, on this host) is empty, a file takes
+    a write at once. False where that cannot be known (a terminal or a pty,
+    whose reader may lag too; a socket)."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -165,7 +166,7 @@ def _line_out(deadline):
         fd = sys.stderr.fileno()
         mode = os.fstat(fd).st_mode
         if not stat.S_ISFIFO(mode):
-            return stat.S_ISREG(mode) or stat.S_ISCHR(mode)
+            return stat.S_ISREG(mode)
         unread = array.array("i", [0])
         while time.monotonic() < deadline:
             fcntl.ioctl(fd, termios.FIONREAD, unread)
