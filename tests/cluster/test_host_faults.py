@@ -43,16 +43,27 @@ def start(cluster, workdir, flags, per_host=2, np_=4):
     return job, out, err
 
 
-def wait_for_checkpoint(job, workdir, epochs=10, timeout=60):
-    """Once epoch `epochs` is checkpointed (LATEST names it)."""
-    latest = workdir / "ck" / "LATEST"
+def wait_until(job, workdir, ready, timeout, missing):
+    """ready()'s first true result, polled while the job runs; a job that
+    ends first fails with its stderr, and a timeout with `missing`."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         assert job.poll() is None, (workdir / "err.txt").read_text()[-3000:]
-        if latest.exists() and last_folder(workdir) >= "epoch-%04d" % (epochs - 1):
-            return last_folder(workdir)
+        found = ready()
+        if found:
+            return found
         time.sleep(0.05)
-    raise AssertionError("no checkpoint after %ds" % timeout)
+    raise AssertionError("%s after %ds" % (missing, timeout))
+
+
+def wait_for_checkpoint(job, workdir, epochs=10, timeout=60):
+    """Once epoch `epochs` is checkpointed (LATEST names it): its folder."""
+    latest = workdir / "ck" / "LATEST"
+
+    def checkpointed():
+        folder = last_folder(workdir) if latest.exists() else ""
+        return folder if folder >= "epoch-%04d" % (epochs - 1) else None
+    return wait_until(job, workdir, checkpointed, timeout, "no checkpoint")
 
 
 def last_folder(workdir):
@@ -199,11 +210,8 @@ def test_a_slow_host_is_named_and_the_job_goes_on(workdir):
                                    stdin=subprocess.DEVNULL, start_new_session=True)
             try:
                 # slowed in the second of six epochs: syncs are under way
-                deadline = time.time() + 60
-                while "epoch 1/6:" not in (workdir / "out.txt").read_text():
-                    assert job.poll() is None and time.time() < deadline, \
-                        (workdir / "err.txt").read_text()[-3000:]
-                    time.sleep(0.05)
+                wait_until(job, workdir, lambda: "epoch 1/6:" in (workdir / "out.txt").read_text(),
+                           60, "no epoch logged")
                 slowed = time.time()
                 cluster.slow("h1", "10mbit")
                 while time.time() - slowed < 30 and "slow link" not in \
