@@ -10,7 +10,9 @@ next turn, its outgoing direction idle meanwhile. 256 KiB buffers (the
 kernel doubles what is asked) took asgd's two servers at 1 Gb/s from
 0.83-0.84 to 0.89-0.91 of their links. Since then asgd's and masgd's turns
 push when the server is READY, without waiting for the last reply
-(server_worker.py), and then the kernel's buffers did better than 256 KiB.
+(server_worker.py), and then the kernel's buffers did better than 256 KiB;
+on slower links behind a shallow queue small ones still pay (250 Mb/s,
+5 ms: 64 KiB, the same 2 ms of the link, beat the kernel's).
 One connection moves at most about twice the size per round trip, and at
 10 Gb/s on the namespace cluster a single server's exchanges lost up to a
 third in most runs: not the default (benchmarks/FINDINGS.md has the figures).

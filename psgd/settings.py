@@ -63,7 +63,7 @@ SETTINGS = {
         "TCP socket buffer", COUNT, 0,
         meaning="bytes of each TCP socket buffer (send and receive) of MPI's connections "
                 "between hosts, set before MPI starts where the job sets none "
-                "(psgd/_tcp_buffers.py: 262144 for 1 Gb/s links); 0: the kernel's "
+                "(psgd/_tcp_buffers.py: about 2 ms of the link, 65536 at 250 Mb/s); 0: the kernel's "
                 "autotuning"),
     # Where the arrays live and what carries them.
     "PSGD_BACKEND": Setting(
