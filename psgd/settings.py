@@ -63,8 +63,8 @@ SETTINGS = {
         "TCP socket buffer", COUNT, 0,
         meaning="bytes of each TCP socket buffer (send and receive) of MPI's connections "
                 "between hosts, set before MPI starts where the job sets none "
-                "(psgd/_tcp_buffers.py: about 2 ms of the link, 65536 at 250 Mb/s); 0: the kernel's "
-                "autotuning"),
+                "(psgd/_tcp_buffers.py: about 2 ms of the link, 65536 at 250 Mb/s); "
+                "0: the kernel's autotuning"),
     # Where the arrays live and what carries them.
     "PSGD_BACKEND": Setting(
         "backend", TEXT, "auto", meaning="auto | numpy | cupy, when --backend is not given"),
