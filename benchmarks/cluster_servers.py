@@ -86,6 +86,7 @@ def report(runs):
         trip = row["wall_s"] / row["syncs"] * r["workers"]
         bare = row.get("bare_bytes_per_s")
         bare_share = bare / allowed(r) if bare else None
+        arithmetic = row.get("bare_arithmetic_bytes_per_s")   # None: from before it
         steady = row.get("steady_bytes_per_s")
         held = steady / allowed(r) if steady else share     # what the goal is checked on
         rows.append([r.get("algo", "asgd"), r["rate"], sockets(r), r["servers"], r["workers"],
@@ -96,6 +97,7 @@ def report(runs):
                      "%.2f%s" % (held, "" if held >= TARGET or r["workers"] == 1 else " (!)")
                      if steady else "-",
                      "%.2f" % bare_share if bare else "-",
+                     "%.2f" % (arithmetic / allowed(r)) if arithmetic else "-",
                      "%.2f" % ((steady or row["servers_bytes_per_s"]) / bare) if bare else "-",
                      "%.0f%%" % (100 * row["server_cpu_share"]), "%.1f-%.1f" % tuple(r["load"])])
         if r["workers"] > 1:
@@ -109,7 +111,9 @@ def report(runs):
                              r["workers"],
                              measured, common.fmt_bytes(row["servers_bytes_per_s"]),
                              "; a bare MPI exchange of the same bytes %.2f" % bare_share
-                             if bare else ""))
+                             if bare else "",
+                             ", %.2f with the workers' arithmetic" % (arithmetic / allowed(r))
+                             if arithmetic else ""))
     md = ["asgd (and easgd) with S servers and N workers, one rank per namespace host, the servers "
           "on hosts h0..h{S-1} and the workers on the others; every worker syncs back to "
           "back (push a delta, pull the center) for a fixed time. `per sync`: wall time "
@@ -118,13 +122,18 @@ def report(runs):
           "full duplex, so the delta in and the center out can share that time). `through servers`: the bytes per second "
           "every server received and sent together; `allowed`: min(S, N) links' rate "
           "each way, both directions; `share`: the two's ratio over the whole run (start-up "
-          "and wind-down included); `steady`: the same while every worker syncs (the syncs "
-          "that end between the last worker's first sync and the first worker's last, over "
-          "that span: a training run's thousands of syncs are this), (!) below the %.2f goal. "
+          "and wind-down included); `steady`: the same while every worker syncs (between "
+          "the last worker's first sync end and the first worker's last, each worker's "
+          "syncs over its own first and last end in that span: a training run's thousands "
+          "of syncs are this), (!) below the %.2f goal. "
           "`bare`: the share of a bare MPI exchange of the same bytes in the same job "
           "(the median of 4 rounds before the syncs and 4 after; every worker sends each server its shard and receives it back, "
           "every piece posted at once, no update, no control message, one Waitall: what "
           "MPI itself moves in this shape here, the limit of any server protocol over it); "
+          "`+ arithmetic`: the same bare exchange with asgd's worker arithmetic beside it "
+          "(each piece's delta formed just before it is posted, the model copied from the "
+          "pulled center once all is in: memory passes that every rank here does on the "
+          "same 2 cores, where a real host does them on its own); "
           "`vs bare`: psgd's bytes per second (steady) over the bare exchange's. "
           "`sockets`: the buffers of MPI's TCP sockets between the hosts, "
           "PSGD_TCP_BUFFER's (psgd/_tcp_buffers.py) or the kernel's autotuning "
@@ -144,7 +153,7 @@ def report(runs):
           cluster.NOTE, "",
           common.table(["algo", "rate", "sockets", "S", "N", "parameters", "syncs", "per sync",
                         "vs bytes / rate", "through servers", "allowed", "share", "steady",
-                        "bare",
+                        "bare", "+ arithmetic",
                         "vs bare", "server CPU", "load"], rows), ""]
     return common.Section(TITLE, "\n".join(md), heads, runs)
 

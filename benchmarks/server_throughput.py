@@ -44,22 +44,24 @@ def child(argv):
     p.add_argument("--duration", type=float, default=DURATION)
     p.add_argument("--algo", default=ALGO, help="the server algorithm the workers sync")
     p.add_argument("--bare", action="store_true",
-                   help="also time the same bytes as one bare MPI exchange (bare_exchange)")
+                   help="also time the same bytes as one bare MPI exchange, without and "
+                        "with the workers' arithmetic (bare_exchange)")
     args = p.parse_args(argv)
     comm = MPI.COMM_WORLD
     out = {"np": comm.size, "servers": args.servers, "workers": comm.size - args.servers,
            "algo": args.algo, "rows": []}
     if comm.size == 2:
         out["allreduce_check_s"] = _allreduce(comm, ALLREDUCE_CHECK)
+    kinds = (("bare", False), ("bare_arithmetic", True)) if args.bare else ()
     for size in (int(float(s)) for s in args.sizes.split(",")):
-        bare = bare_exchange(comm, size, args.servers) if args.bare else []
+        bare = {kind: bare_exchange(comm, size, args.servers, arithmetic=a) for kind, a in kinds}
         row = _measure(comm, size, args.servers, args.duration, args.algo)
-        if args.bare:       # rounds before and after the syncs, each timed alone
-            bare += bare_exchange(comm, size, args.servers)
+        for kind, a in kinds:       # rounds before and after the syncs, each timed alone
+            bare[kind] += bare_exchange(comm, size, args.servers, arithmetic=a)
             if comm.rank == 0:
-                row["bare_round_s"] = bare
-                row["bare_bytes_per_s"] = 2 * (comm.size - args.servers) * size * 4 / \
-                    common.median(bare)
+                row[kind + "_round_s"] = bare[kind]
+                row[kind + "_bytes_per_s"] = 2 * (comm.size - args.servers) * size * 4 / \
+                    common.median(bare[kind])
         if comm.rank == 0:
             out["rows"].append(row)
     if comm.rank == 0:
@@ -68,13 +70,17 @@ def child(argv):
             json.dump(out, f)
 
 
-def bare_exchange(comm, size, servers, reps=4):
+def bare_exchange(comm, size, servers, reps=4, arithmetic=False):
     """Seconds of each of `reps` rounds (the slowest rank's) of a bare
     exchange of the same bytes: every worker sends each server its shard of a
     float32 model and receives it back, every message posted at once in
     psgd's server pieces (by the path of the bytes), no update, no control
     message, one Waitall. What MPI moves in this shape on this machine: the
-    limit of any server protocol over it. Collective."""
+    limit of any server protocol over it. `arithmetic`: each worker also does
+    asgd's, each piece's delta formed (w - w_prev) just before it is posted
+    and the model copied from the w_prev received once all is in, so that
+    what the workers' memory passes cost beside MPI on this machine's shared
+    cores is measured apart from psgd. Collective."""
     from mpi4py import MPI
     from psgd import mpi as psgd_mpi, pieces
     from psgd.buffers import shard_bounds
@@ -84,7 +90,8 @@ def bare_exchange(comm, size, servers, reps=4):
     rank = comm.rank
     mine = bounds[rank] if rank < servers else (0, size)
     out = np.ones(mine[1] - mine[0], dtype=np.float32)
-    back = [np.empty_like(out) for _ in workers] if rank < servers else [np.empty_like(out)]
+    back = [np.empty_like(out) for _ in workers] if rank < servers else [np.zeros_like(out)]
+    delta = np.empty_like(out) if arithmetic and rank >= servers else out
 
     def cut(lo, hi):
         return [(a, min(a + piece, hi)) for a in range(lo, hi, piece)]
@@ -99,9 +106,13 @@ def bare_exchange(comm, size, servers, reps=4):
         else:
             for server, (lo, hi) in enumerate(bounds):
                 for a, b in cut(lo, hi):
-                    requests.append(comm.Isend(out[a:b], dest=server, tag=1))
+                    if arithmetic:
+                        np.subtract(out[a:b], back[0][a:b], out=delta[a:b])
+                    requests.append(comm.Isend(delta[a:b], dest=server, tag=1))
                     requests.append(comm.Irecv(back[0][a:b], source=server, tag=2))
         MPI.Request.Waitall(requests)
+        if arithmetic and rank >= servers:
+            out[...] = back[0]
     round_trip()                        # connections up
     return [common.timed_collective(comm, round_trip) for _ in range(reps)]
 
@@ -156,17 +167,29 @@ def _measure(comm, size, servers, duration, algo=ALGO):
 
 def steady_syncs_per_s(done):
     """Syncs per second while every worker syncs: `done` holds each worker's
-    sync end times (seconds from the common start after a barrier); the syncs
-    of all workers that end after the latest first end, up to the earliest
-    last end, over that span. The run's start-up (connections, first touches
-    of the buffers) and its wind-down (the first worker stopped, the others
-    still syncing) are left out; None where the span is empty."""
+    sync end times (seconds from the common start after a barrier); the span
+    runs from the latest first end to the earliest last end, so the run's
+    start-up (connections, first touches of the buffers) and wind-down (the
+    first worker stopped, the others still syncing) are left out. Each
+    worker's rate is its own syncs between its first and last end inside the
+    span: counting the syncs that end in the span read workers in step
+    1.5-3% low, since the span ends at one worker's last end while the
+    others' last syncs end just after it, their time in the span with no
+    sync counted (FINDINGS). A worker with fewer than two ends in the span
+    counts those it has over the span. None where the span is empty."""
     if not all(done):
         return None
     start, end = max(d[0] for d in done), min(d[-1] for d in done)
     if end <= start:
         return None
-    return sum(start < t <= end for d in done for t in d) / (end - start)
+    rate = 0.0
+    for ends in done:
+        inside = [t for t in ends if start <= t <= end]
+        if len(inside) >= 2:
+            rate += (len(inside) - 1) / (inside[-1] - inside[0])
+        else:
+            rate += len(inside) / (end - start)
+    return rate
 
 
 # driver ---------------------------------------------------------------------------

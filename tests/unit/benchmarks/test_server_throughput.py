@@ -1,5 +1,5 @@
 """benchmarks/server_throughput.py: the servers' steady rate counts only the
-syncs that end while every worker syncs, over that span."""
+syncs that end while every worker syncs, each worker's over its own time."""
 import os
 import sys
 
@@ -15,9 +15,20 @@ def test_steady_rate_leaves_out_start_up_and_wind_down():
     # the second is served alone at twice the pace
     first = [1.0, 3.5, 4.5, 5.5]
     second = [3.0, 4.0, 5.0, 5.75, 6.0]
-    # from 3.0 (the later first end) to 5.5 (the earlier last end): 3.5,
-    # 4.0, 4.5, 5.0, 5.5 end in it (the whole run reads 9 syncs in 6 s)
+    # from 3.0 (the later first end) to 5.5 (the earlier last end): the
+    # first worker's 3.5, 4.5, 5.5 and the second's 3.0, 4.0, 5.0, one sync
+    # a second each (the whole run reads 9 syncs in 6 s)
     assert server_throughput.steady_syncs_per_s([first, second]) == pytest.approx(2.0)
+
+
+def test_workers_in_step_are_not_read_low_at_the_span_end():
+    # two workers syncing every 0.35 s, the second's ends 0.01 s after the
+    # first's: the span (0.36 to 7.0) ends at the first's last end, just
+    # before the second's; counting the syncs that end in it read
+    # 37 / 6.64 = 5.57, 2.5% below the 2 / 0.35 = 5.71 they sync at
+    first = [0.35 * (k + 1) for k in range(20)]
+    second = [t + 0.01 for t in first]
+    assert server_throughput.steady_syncs_per_s([first, second]) == pytest.approx(2 / 0.35)
 
 
 def test_one_worker_is_its_own_span_and_too_few_syncs_give_none():
