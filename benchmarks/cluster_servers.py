@@ -106,7 +106,7 @@ def report(runs):
                         "over the whole run; " % (held, share) if steady else
                         "%.2f of what their links allow over the whole run (" % share)
             heads.append("%s servers across hosts at %s, sockets %s, S = %d, N = %d: %s%s/s "
-                         "through the servers)%s" % (
+                         "through the servers)%s%s" % (
                              r.get("algo", "asgd"), r["rate"], sockets(r), r["servers"],
                              r["workers"],
                              measured, common.fmt_bytes(row["servers_bytes_per_s"]),
