@@ -143,11 +143,13 @@ class Server(GivingUp, Algorithm):
         if self.comm is None or self.stats is not None:
             return None, None
         deadline = time.time() + 1.0
-        control = np.zeros(CONTROL_SLOTS, dtype=np.int64)
+        control, status = np.zeros(CONTROL_SLOTS, dtype=np.int64), MPI.Status()
         while time.time() < deadline:
-            if self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_MSG):
-                # a worker's FINISHED needs no answer; a sync waits for one
-                self.comm.Recv([control, MPI.INT64_T], source=MPI.ANY_SOURCE, tag=TAG_MSG)
+            if self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_MSG, status=status):
+                # a worker's FINISHED needs no answer; a sync waits for one. The
+                # receive names the sender: across hosts MPICH's UCX never matches
+                # an ANY_SOURCE receive with a small message already arrived
+                self.comm.Recv([control, MPI.INT64_T], source=status.Get_source(), tag=TAG_MSG)
                 if control[0] != MSG_FINISHED:
                     which = ("the %s server" if self.servers == 1 else
                              "one of the %s servers") % self.name
