@@ -173,7 +173,7 @@ def steady_syncs_per_s(done):
     first worker stopped, the others still syncing) are left out. Each
     worker's rate is its own syncs between its first and last end inside the
     span: counting the syncs that end in the span read workers in step
-    1.5-3% low, since the span ends at one worker's last end while the
+    2-4% low, since the span ends at one worker's last end while the
     others' last syncs end just after it, their time in the span with no
     sync counted (FINDINGS). A worker with fewer than two ends in the span
     counts those it has over the span. None where the span is empty."""
