@@ -3,6 +3,7 @@ replay serially: uneven sample counts per rank, rank 1 out of data early."""
 import numpy as np
 
 import psgd
+from psgd import kernels
 from psgd.backend import to_numpy
 
 KINDS = ["fp16", "bf16", "1bit"]
@@ -65,6 +66,33 @@ def drive(comm, name, syncs=None, xp=np, **options):
         seen.append(to_numpy(sync.buffer.data, copy=True))
         t += 1
     return sync, seen
+
+
+def replay_syncgrad(comm, kind, replay):
+    """syncgrad with `kind` on the schedule's gradients (x100), rank 1 out of
+    data early: after every sync each rank's averaged gradient is, bit for
+    bit, `replay`'s sum of the counted ranks' gradients over their total
+    count (wrong on any rank the count travelling in the sum missed)."""
+    size, k = comm.Get_size(), comm.Get_rank()
+    grads = [np.zeros(s, np.float32) for s in SHAPES]
+    sync = psgd.create("syncgrad", initial(), comm=comm, grads=grads, compression=kind,
+                       compression_block=50)
+    assert sync.compressed_size() == SIZE      # the gradients, not the count's tail
+    plans = [counts(j, size) for j in range(size)]
+    flat = sync.grad_buffer.data
+    for t in range(5):
+        bs = [p[t] if t < len(p) else 0 for p in plans]
+        flat[...] = step(k, t) * 100 if bs[k] else np.nan    # out of data: ignored
+        assert sync.synchronize(bs[k])
+        for j in range(size):
+            if bs[j]:
+                kernels.axpy(replay.e[j], bs[j], step(j, t) * 100)
+        G = replay.sum()
+        G /= np.float32(max(sum(bs), 1))
+        same = flat.tobytes() == G.tobytes()
+        assert comm.allgather(same) == [True] * size, (kind, t)
+    sync.stop(0)
+    sync.close()
 
 
 OPTIONS = {"bsp": {}, "bmuf": {}, "sod": {"outer": "sgd", "outer_lr": OUTER_LR}}

@@ -8,9 +8,9 @@ import pytest
 
 import psgd
 from compression_replay import Replay
-from compression_schedule import (KINDS, OPTIONS, OUTER_LR, SHAPES, SIZE, agree_bitwise,
-                                  checkpoint_round_trip, counts, drive, initial, replay_syncs,
-                                  residuals, step)
+from compression_schedule import (KINDS, OPTIONS, OUTER_LR, SIZE, agree_bitwise,
+                                  checkpoint_round_trip, drive, initial, replay_syncgrad,
+                                  replay_syncs, residuals)
 from psgd import kernels
 from psgd.errors import UsageError
 
@@ -69,27 +69,7 @@ def test_collective_algorithms_replay_the_contract(comm, name, kind):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_syncgrad_replays_the_contract(comm, kind):
-    size, k = comm.Get_size(), comm.Get_rank()
-    grads = [np.zeros(s, np.float32) for s in SHAPES]
-    sync = psgd.create("syncgrad", initial(), comm=comm, grads=grads, compression=kind,
-                       compression_block=50)
-    r = Replay(kind, size, SIZE, np.float32, 50)
-    assert sync.compressed_size() == SIZE      # the gradients, not the count's tail
-    plans = [counts(j, size) for j in range(size)]
-    flat = sync.grad_buffer.data
-    for t in range(5):
-        bs = [p[t] if t < len(p) else 0 for p in plans]
-        flat[...] = step(k, t) * 100 if bs[k] else np.nan    # out of data: ignored
-        assert sync.synchronize(bs[k])
-        for j in range(size):
-            if bs[j]:
-                kernels.axpy(r.e[j], bs[j], step(j, t) * 100)
-        G = r.sum()
-        G /= np.float32(max(sum(bs), 1))
-        same = flat.tobytes() == G.tobytes()
-        assert comm.allgather(same) == [True] * size, (kind, t)
-    sync.stop(0)
-    sync.close()
+    replay_syncgrad(comm, kind, Replay(kind, comm.Get_size(), SIZE, np.float32, 50))
 
 
 @pytest.mark.parametrize("name", ["bsp", "bmuf", "sod"])

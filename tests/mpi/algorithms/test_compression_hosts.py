@@ -14,8 +14,8 @@ from mpi4py import MPI
 import psgd
 from compression_replay import HostReplay
 from compression_schedule import (OPTIONS, SHAPES, SIZE, agree_bitwise, checkpoint_round_trip,
-                                  counts, drive, initial, replay_syncs, step)
-from psgd import hierarchy, kernels, settings
+                                  drive, initial, replay_syncgrad, replay_syncs)
+from psgd import hierarchy, settings
 from psgd.algorithms import two_level
 
 pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.timeout(120)]
@@ -106,28 +106,7 @@ def test_bsp_replays_the_contract_over_host_sums(hosts, kind):
 def test_syncgrad_replays_the_contract_and_every_rank_gets_the_count(hosts, kind):
     if hosts is None:
         return
-    comm = hosts.comm
-    size, k = comm.Get_size(), comm.Get_rank()
-    grads = [np.zeros(s, np.float32) for s in SHAPES]
-    sync = psgd.create("syncgrad", initial(), comm=comm, grads=grads, compression=kind,
-                       compression_block=50)
-    r = hosts.replay(kind, 50)
-    plans = [counts(j, size) for j in range(size)]
-    flat = sync.grad_buffer.data
-    for t in range(5):
-        bs = [p[t] if t < len(p) else 0 for p in plans]
-        flat[...] = step(k, t) * 100 if bs[k] else np.nan    # out of data: ignored
-        assert sync.synchronize(bs[k])
-        for j in range(size):
-            if bs[j]:
-                kernels.axpy(r.e[j], bs[j], step(j, t) * 100)
-        G = r.sum()
-        # the division by the total count: wrong on any rank the count missed
-        G /= np.float32(max(sum(bs), 1))
-        same = flat.tobytes() == G.tobytes()
-        assert comm.allgather(same) == [True] * size, (kind, t)
-    sync.stop(0)
-    sync.close()
+    replay_syncgrad(hosts.comm, kind, hosts.replay(kind, 50))
 
 
 @pytest.mark.parametrize("hosts", ["pairs", "even pairs"], indirect=True)
