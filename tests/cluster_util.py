@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from launch_util import ROOT, job_env, run_job
+from launch_util import ROOT, job_env, PopenJob, run_job
 
 TOOL = os.path.join(ROOT, "bin", "psgd-local-cluster")
 LAUNCHER = os.path.join(os.path.dirname(sys.executable), "mpirun")
@@ -115,9 +115,9 @@ class Cluster:
 
     def start_mpirun(self, per_host, np_, argv, stdout, stderr, order="block", env=None,
                      cwd=None):
-        return subprocess.Popen(self.mpirun_command(per_host, np_, argv, order), stdout=stdout,
-                                stderr=stderr, env=self.job_env(env), cwd=cwd or ROOT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        return PopenJob(self.mpirun_command(per_host, np_, argv, order), stdout=stdout,
+                         stderr=stderr, env=self.job_env(env), cwd=cwd or ROOT,
+                         stdin=subprocess.DEVNULL, start_new_session=True)
 
     def processes(self, host, pattern=""):
         """Command lines of the live processes on `host` that match `pattern`."""

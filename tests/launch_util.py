@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MPIRUN = os.path.join(os.path.dirname(sys.executable), "mpirun")
@@ -33,11 +34,49 @@ def run_job(cmd, timeout, env, cwd):
 
 
 def start_mpirun(np, argv, stdout, stderr, env=None, cwd=None):
-    """The Popen of `mpirun -np NP python ARGV...`, for tests that signal ranks
-    while the job runs (output to the given open files)."""
+    """The running job (PopenJob) of `mpirun -np NP python ARGV...`, for
+    tests that signal ranks while the job runs (output to the given open
+    files)."""
     cmd = mpirun_command(np) + [sys.executable] + list(argv)
-    return subprocess.Popen(cmd, stdout=stdout, stderr=stderr, env=job_env(env),
-                            cwd=cwd or ROOT, stdin=subprocess.DEVNULL)
+    return PopenJob(cmd, stdout=stdout, stderr=stderr, env=job_env(env), cwd=cwd or ROOT,
+                     stdin=subprocess.DEVNULL)
+
+
+class PopenJob:
+    """subprocess.Popen(cmd, stderr=FILE, **kwargs) of an MPI job that the
+    test polls or waits on while it runs: where the first launch ends with
+    LAUNCHER_DID_NOT_START in FILE, poll() and wait() start it once more
+    (no rank ran) and answer for that one. Everything else is the Popen's."""
+
+    def __init__(self, cmd, stderr, **kwargs):
+        self._start = lambda: subprocess.Popen(cmd, stderr=stderr, **kwargs)
+        self._stderr = stderr.name
+        self._again = True
+        self._proc = self._start()
+
+    def _relaunched(self):
+        if not self._again or self._proc.poll() is None:
+            return False
+        self._again = False
+        with open(self._stderr) as f:
+            if LAUNCHER_DID_NOT_START not in f.read():
+                return False
+        self._proc = self._start()
+        return True
+
+    def poll(self):
+        self._relaunched()
+        return self._proc.poll()
+
+    def wait(self, timeout=None):
+        end = None if timeout is None else time.time() + timeout
+        while True:
+            code = self._proc.wait(None if end is None else max(0.0, end - time.time()))
+            if not self._relaunched():
+                return code
+
+    def __getattr__(self, name):        # pid, returncode, kill, terminate, ...
+        return getattr(self._proc, name)
 
 
 def job_env(env=None):

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from cluster_util import TOOL, Cluster, shared_dir, skip_without_cluster
+from launch_util import PopenJob
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -205,9 +206,8 @@ def test_a_slow_host_is_named_and_the_job_goes_on(workdir):
         hosts = cmd.index("-hosts") if "-hosts" in cmd else cmd.index("--host")
         cmd[hosts + 1] = "h0:2,h1:1,h2:1"
         with open(workdir / "out.txt", "w") as out, open(workdir / "err.txt", "w") as err:
-            job = subprocess.Popen(cmd, stdout=out, stderr=err,
-                                   env=cluster.job_env(), cwd=str(workdir),
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
+            job = PopenJob(cmd, stdout=out, stderr=err, env=cluster.job_env(),
+                           cwd=str(workdir), stdin=subprocess.DEVNULL, start_new_session=True)
             try:
                 # slowed in the second of six epochs: syncs are under way
                 wait_until(job, workdir, lambda: "epoch 1/6:" in (workdir / "out.txt").read_text(),

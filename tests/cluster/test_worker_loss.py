@@ -15,7 +15,7 @@ import time
 import pytest
 
 from cluster_util import server_pieces_job
-from launch_util import _mpi_flavour
+from launch_util import PopenJob, _mpi_flavour
 from psgd import pieces
 
 pytestmark = [pytest.mark.timeout(240),
@@ -42,9 +42,8 @@ def run_and_kill(cluster, workdir, after_rows, rank=3):
     at = cmd.index("mpirun") + 1
     cmd[at:at] = ["--with-ft", "ulfm"]
     with open(workdir / "out.txt", "w") as out, open(workdir / "err.txt", "w") as err:
-        job = subprocess.Popen(cmd, stdout=out, stderr=err, env=cluster.job_env(),
-                               cwd=str(workdir), stdin=subprocess.DEVNULL,
-                               start_new_session=True)
+        job = PopenJob(cmd, stdout=out, stderr=err, env=cluster.job_env(), cwd=str(workdir),
+                       stdin=subprocess.DEVNULL, start_new_session=True)
         metrics = workdir / "m.jsonl"
         deadline = time.time() + 120
         while not (metrics.exists() and len(rows(metrics)) >= after_rows):

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from kaldi_corpus import write_corpus
-from launch_util import (MPIRUN, ROOT, assert_clean_failure, error_lines, mpi_env, mpirun,
-                         mpirun_command, psgd_train)
+from launch_util import (MPIRUN, ROOT, PopenJob, assert_clean_failure, error_lines, mpi_env,
+                         mpirun, mpirun_command, psgd_train)
 
 pytestmark = pytest.mark.skipif(not os.path.exists(MPIRUN), reason="no mpirun beside python")
 
@@ -271,16 +271,19 @@ def test_kill_9_of_the_whole_job_then_resume(driver, tmp_path, uninterrupted):
     env = dict(os.environ, PYTHONPATH=ROOT, PSGD_BACKEND="numpy", **mpi_env())
     cmd = mpirun_command(3) + [sys.executable, driver, json.dumps({"pace": 0.7}),
                                *RESUMABLE, "--checkpoint-dir", ckpt]
-    job = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    err = open(str(tmp_path / "err.txt"), "w")
+    job = PopenJob(cmd, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                   stderr=err)
     try:
         deadline = time.time() + 60
         while not os.path.exists(os.path.join(ckpt, "LATEST")) and time.time() < deadline:
+            job.poll()          # a launch the launcher never started is made again
             time.sleep(0.05)
         assert job.poll() is None, "the job ended before it could be killed"
     finally:
         os.killpg(job.pid, signal.SIGKILL)
         job.wait(30)
+        err.close()
         kill_every_process_of(ckpt)
     assert job.returncode == -signal.SIGKILL
     assert assert_complete(ckpt) != os.path.join(ckpt, "epoch-0004")

@@ -105,6 +105,7 @@ def test_a_second_job_on_a_locked_checkpoint_dir_is_refused_and_a_killed_ones_lo
         try:
             end = time.time() + 60
             while not os.path.exists(os.path.join(ck, "LATEST")) and time.time() < end:
+                first.poll()        # a launch the launcher never started is made again
                 time.sleep(0.2)
             assert os.path.exists(os.path.join(ck, "LATEST"))
             second = psgd_train(2, "--algo", "bsp", *QUICK, "--epochs", "1",

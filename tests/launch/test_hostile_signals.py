@@ -53,6 +53,7 @@ class Job:
     def started(self):
         """Training is under way (heartbeats flow once the first epoch ends)."""
         def training():
+            self.proc.poll()        # a launch the launcher never started is made again
             with open(os.path.join(self.folder, "stdout")) as f:
                 return "epoch 2/" in f.read()
         return _wait_for(training, 60)

@@ -11,11 +11,10 @@ import socket
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
-from launch_util import (MPIRUN, ROOT, _mpi_flavour, assert_clean_failure, error_lines,
-                         job_env, mpirun, mpirun_command, psgd_train, run_job)
+from launch_util import (MPIRUN, PopenJob, _mpi_flavour, assert_clean_failure, error_lines,
+                         job_env, mpirun_command, psgd_train, run_job)
 
 pytestmark = pytest.mark.skipif(not os.path.exists(MPIRUN), reason="no mpirun beside python")
 
@@ -78,9 +77,9 @@ def _ended_by_itself(driver, fault, tmp_path):
                                                       "--algo", "easgd", *QUICK,
                                                       "--survive-worker-loss", "--epochs", "3"]
     with open(tmp_path / "err.txt", "w") as err:
-        job = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, cwd=tmp_path,
-                               env=job_env({"PSGD_TRACEBACK": ""}), stdin=subprocess.DEVNULL,
-                               start_new_session=True)
+        job = PopenJob(cmd, stdout=subprocess.DEVNULL, stderr=err, cwd=tmp_path,
+                       env=job_env({"PSGD_TRACEBACK": ""}), stdin=subprocess.DEVNULL,
+                       start_new_session=True)
         try:
             job.wait(60)
         except subprocess.TimeoutExpired:
