@@ -47,7 +47,7 @@ def run(quick=False):
     runs = []
     for rate in rates:
         with cluster.hosts(max(s + n for s, n in SHAPES), rate):
-            for _, (algo, shapes, tcp) in rounds(plan, 1 if quick else ROUNDS):
+            for algo, shapes, tcp in plan * (1 if quick else ROUNDS):     # round after round
                 env = {"PSGD_TCP_BUFFER": str(tcp)}
                 for s, n in shapes:
                     out = common.result_path("cluster_servers_child.json")
@@ -63,11 +63,6 @@ def run(quick=False):
                         rate, algo, s, n, sockets(data)), flush=True)
     common.save_json("cluster_servers.json", {"runs": runs, "quick": quick})
     return report(runs)
-
-
-def rounds(plan, count):
-    """(round, plan item) for every round, each round the whole plan."""
-    return [(k, item) for k in range(count) for item in plan]
 
 
 def steady_share(run):
