@@ -112,7 +112,7 @@ def report(runs):
         bare_share = bare / allowed(r) if bare else None
         arithmetic = row.get("bare_arithmetic_bytes_per_s")   # None: from before it
         steady = row.get("steady_bytes_per_s")
-        held = steady / allowed(r) if steady else share     # what the goal is checked on
+        held = steady_share(r)      # what the goal is checked on
         rows.append([r.get("algo", "asgd"), r["rate"], sockets(r), r["servers"], r["workers"],
                      common.fmt_size(row["size"]),
                      row["syncs"], "%.2f s" % trip, "%.2fx" % (trip / one_way),
@@ -152,9 +152,9 @@ def report(runs):
           "and wind-down included); `steady`: the same while every worker syncs (between "
           "the last worker's first sync end and the first worker's last, each worker's "
           "syncs over its own first and last end in that span: a training run's thousands "
-          "of syncs are this), (!) below the %.2f goal; each shape ran in %d interleaved "
-          "rounds, and its row is the run with the median steady share, `runs` every "
-          "run's. "
+          "of syncs are this), (!) below the %.2f goal. Each shape runs in interleaved "
+          "rounds, and its row is the run with the median steady share, `runs` "
+          "every run's. "
           "`bare`: the share of a bare MPI exchange of the same bytes in the same job "
           "(the median of 4 rounds before the syncs and 4 after; every worker sends each server its shard and receives it back, "
           "every piece posted at once, no update, no control message, one Waitall: what "
@@ -176,7 +176,7 @@ def report(runs):
           "never: with no compute between syncs there is nothing to hide). With S > 1 "
           "a worker meets its servers in turns, each turn's push after its server's READY, "
           "and takes the pulled shards into its model as they land (docs/protocol.md)." % (
-              TARGET, ROUNDS, "{:,}".format(pieces.ACROSS_HOSTS_PIECE), pieces.RECEIVES_AHEAD,
+              TARGET, "{:,}".format(pieces.ACROSS_HOSTS_PIECE), pieces.RECEIVES_AHEAD,
               pieces.EAGER_PIECE_BYTES >> 10),
           "",
           cluster.NOTE, "",
